@@ -1,0 +1,115 @@
+"""The ``dbgen`` command: a thin shell over ``pipeline`` and ``write``.
+
+Exit codes: 0 success; 1 ``check`` found differences; 2 a problem in the specs or arguments;
+3 an internal error (a bug in dbgen: please report it). No traceback reaches a user unless
+DBGEN_DEBUG=1 is set.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from . import __version__
+from .errors import SpecErrors
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Generate PyTorch autograd Functions whose higher-order derivatives are correct by construction.",
+)
+
+SPECS_ARG = typer.Argument(..., help="A spec file, or a folder searched recursively for *.yaml / *.yml.")
+OUT_OPT = typer.Option(Path("generated"), "-o", "--output", help="Folder for the generated package.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dbgen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """dbgen: YAML spec -> torch.autograd.Function with verified double (and higher) backward."""
+
+
+@app.command()
+def build(
+    specs: Path = SPECS_ARG,
+    output: Path = OUT_OPT,
+    fuse: bool = typer.Option(False, "--fuse", help="Set 'fuse: true' on every spec."),
+    prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
+) -> None:
+    """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
+
+    Example: dbgen build specs/ -o generated
+    """
+    from . import pipeline, write
+
+    files = _run(lambda: pipeline.generate(specs, fuse=fuse))
+    _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
+    written = write.write_files(output, files)
+    removed = []
+    if prune:
+        for rel, state in write.stale_files(output, files):
+            if state == "orphaned":
+                (output / rel).unlink()
+                removed.append(rel)
+    specs_count = len([f for f in files if f.startswith("tests/")])
+    typer.echo(
+        f"dbgen: {specs_count} spec(s) -> {output.as_posix()}/ ({len(written)} file(s) written"
+        + (f", {len(removed)} orphan(s) removed" if removed else "")
+        + ")"
+    )
+
+
+@app.command()
+def check(specs: Path = SPECS_ARG, output: Path = OUT_OPT) -> None:
+    """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
+
+    Example: dbgen check specs/ -o generated
+    """
+    from . import pipeline, write
+
+    files = _run(lambda: pipeline.generate(specs))
+    report = write.stale_files(output, files)
+    if not report:
+        typer.echo(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
+        return
+    for rel, state in report:
+        typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
+    typer.echo(f"dbgen: {len(report)} file(s) differ; run: dbgen build {specs.as_posix()} -o {output.as_posix()}", err=True)
+    raise typer.Exit(1)
+
+
+def _run(action):
+    """Run a pipeline step; spec problems exit 2 with one 'path:line: message' line each."""
+    try:
+        return action()
+    except SpecErrors as errors:
+        for problem in errors.problems:
+            typer.echo(str(problem), err=True)
+        typer.echo(f"dbgen: {len(errors.problems)} problem(s); nothing was written", err=True)
+        raise typer.Exit(2) from None
+
+
+def run() -> None:
+    """Console entry point: no traceback reaches a user."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("dbgen: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+        if os.environ.get("DBGEN_DEBUG"):
+            raise
+        typer.echo(f"dbgen: internal error: {type(exc).__name__}: {exc}", err=True)
+        typer.echo("This is a bug in dbgen; rerun with DBGEN_DEBUG=1 for details and report it.", err=True)
+        sys.exit(3)

@@ -1,0 +1,301 @@
+"""Stage 4: a strategy -> what each generated Function computes, saves and returns.
+
+The plan is a small tree of frozen dataclasses holding SymPy expressions, already CSE'd and with
+readable temporary names; the renderer only prints it. Tensors reach ``backward`` only through
+``save_for_backward`` of a Function's own inputs and outputs (``setup_context`` sees nothing
+else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sympy
+
+from . import symbolic
+from .spec import Spec
+
+HELPERS = ("_reduce_to", "_broadcast_all")
+_MODULE_NAMES = {"torch", "math", "ctx", "inputs", "output", "ORDER", "STRATEGY", *HELPERS}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A value a block returns: an output of forward, or a gradient of backward.
+
+    ``shape_of`` names the variable whose shape a gradient is reduced to. ``broadcast`` marks a
+    forward output that does not mention every input, so it must be broadcast to all of them.
+    """
+
+    name: str
+    expr: sympy.Expr
+    shape_of: str | None = None
+    broadcast: bool = False
+
+
+@dataclass(frozen=True)
+class Block:
+    """Straight-line code: CSE'd temporaries, then results."""
+
+    temporaries: tuple[tuple[str, sympy.Expr], ...]
+    results: tuple[Result, ...]
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    """One generated ``torch.autograd.Function``."""
+
+    class_name: str
+    summary: str
+    inputs: tuple[str, ...]
+    forward: Block
+    saved: tuple[str, ...]
+    shapes: tuple[str, ...]
+    cotangents: tuple[str, ...]
+    backward: Block | None
+    next_level: str | None
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.forward.results)
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """Everything the module and its tests are rendered from."""
+
+    spec: Spec
+    expr: sympy.Expr
+    strategy: str
+    reason: str
+    functions: tuple[FunctionPlan, ...]
+    returns_first_only: bool
+    derivatives: tuple[tuple[tuple[str, ...], sympy.Expr], ...]
+    more_derivatives: int
+
+    @property
+    def entry(self) -> FunctionPlan:
+        return self.functions[0]
+
+
+class Namer:
+    """Hands out Python names that collide with nothing already taken."""
+
+    def __init__(self, taken):
+        self.taken = set(taken)
+
+    def fresh(self, base: str, numbered: bool = False) -> str:
+        base = re.sub(r"\W", "_", base).strip("_") or "t"
+        candidates = (f"{base}{i}" for i in range(10**6)) if numbered else _suffixed(base)
+        name = next(c for c in candidates if c not in self.taken)
+        self.taken.add(name)
+        return name
+
+
+def _suffixed(base: str):
+    yield base
+    for i in range(1, 10**6):
+        yield f"{base}_{i}"
+
+
+def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
+    inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
+    strategy, reason = choose_strategy(spec, expr, inputs)
+    namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
+    camel = "".join(part.capitalize() for part in spec.name.split("_"))
+    if strategy == "nested":
+        functions = _nested(camel, expr, inputs, spec.order, namer)
+    else:
+        functions = (_single_level(camel, strategy, expr, inputs, namer),)
+    derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
+    return ModulePlan(
+        spec=spec,
+        expr=expr,
+        strategy=strategy,
+        reason=reason,
+        functions=functions,
+        returns_first_only=len(functions[0].outputs) > 1,
+        derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
+        more_derivatives=more,
+    )
+
+
+def choose_strategy(spec: Spec, expr: sympy.Expr, inputs) -> tuple[str, str]:
+    """The strategy and a one-line reason: the spec's choice, or the rule for ``auto``.
+
+    ``auto``: save the output when the first derivative can be written from the output alone
+    (exp, tanh, sigmoid, 1/x, ...); else return the shared transcendental intermediates when the
+    forward and the first derivative share any (mish, gelu_tanh, x*exp(x)); else save the inputs.
+    ``nested`` is chosen only on request: it pays a Function call per level.
+    """
+    if spec.strategy != "auto":
+        return spec.strategy, "chosen in the spec"
+    derivatives = [symbolic.clean(sympy.diff(expr, x)) for x in inputs]
+    out = sympy.Symbol("_out", real=True)
+    rewritten = [symbolic.in_terms_of(d, [(out, expr)], exact=False) for d in derivatives]
+    if any(out in d.free_symbols for d in rewritten) and not any(
+        d.free_symbols & set(inputs) for d in rewritten
+    ):
+        return "save_outputs", "auto: the first derivative is a function of the output alone"
+    if symbolic.shared_values(expr, derivatives, inputs):
+        return "intermediates", "auto: forward and first derivative share transcendental intermediates"
+    return "save_inputs", "auto: the first derivative shares nothing worth saving with the forward"
+
+
+def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
+    """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops."""
+    forward_expr = symbolic.exp_form(expr) if strategy == "intermediates" else expr
+    first = [symbolic.clean(sympy.diff(forward_expr, x)) for x in inputs]
+    extras = symbolic.shared_values(forward_expr, first, inputs) if strategy == "intermediates" else ()
+
+    out = namer.fresh("out")
+    results = [_output(out, forward_expr, inputs)]
+    results += [Result(namer.fresh(_describe(value)), value) for value in extras]
+    cotangents = tuple(namer.fresh(f"grad_{r.name}") for r in results)
+    gradients = symbolic.vjp([r.expr for r in results], _symbols(cotangents), list(inputs))
+
+    known = [(_symbol(r.name), r.expr) for r in results[1:]]
+    if strategy in ("save_outputs", "intermediates"):
+        known.append((_symbol(out), forward_expr))
+    gradients = [symbolic.in_terms_of(g, known, exact=strategy != "save_outputs") for g in gradients]
+
+    used = set().union(*(g.free_symbols for g in gradients))
+    saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
+    shapes = tuple(str(x) for x in inputs if str(x) not in saved)
+    local = Namer(namer.taken)
+    grad_names = [local.fresh(f"grad_{x}") for x in inputs]
+    backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)], taken=local.taken)
+    return FunctionPlan(
+        class_name=camel,
+        summary=_SUMMARIES[strategy],
+        inputs=tuple(str(x) for x in inputs),
+        forward=_block(results, taken=namer.taken),
+        saved=saved,
+        shapes=shapes,
+        cotangents=cotangents,
+        backward=backward,
+        next_level=None,
+    )
+
+
+def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...]:
+    """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
+
+    Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
+    their vector-Jacobian product, derived symbolically from level k-1's formulas. The last
+    level's backward is that product again, written in differentiable torch ops.
+    """
+    names = [str(x) for x in inputs]
+    results = [_output(namer.fresh("out"), expr, inputs)]
+    class_names = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, order)]
+    functions = []
+    for level in range(order):
+        cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
+        local = Namer(namer.taken)
+        products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
+        gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
+        last = level == order - 1
+        functions.append(
+            FunctionPlan(
+                class_name=class_names[level],
+                summary=_level_summary(level),
+                inputs=tuple(names),
+                forward=_block(results, taken=local.taken),
+                saved=tuple(names),
+                shapes=(),
+                cotangents=cotangents,
+                backward=_block(gradients, taken=local.taken) if last else None,
+                next_level=None if last else class_names[level + 1],
+            )
+        )
+        names = [*cotangents, *names]
+        results = gradients
+    return tuple(functions)
+
+
+def _output(name: str, expr: sympy.Expr, inputs) -> Result:
+    return Result(name, expr, broadcast=not set(inputs) <= expr.free_symbols)
+
+
+def _cotangent_name(namer: Namer, level: int, result: Result) -> str:
+    if result.shape_of is None:
+        return namer.fresh(f"grad_{result.name}")
+    return namer.fresh(f"grad{level}_{result.shape_of}")
+
+
+def _level_summary(level: int) -> str:
+    if level == 0:
+        return "Forward value; backward applies the next level (the tutorial's nested pattern)."
+    return f"Level {level}: the vector-Jacobian product of level {level - 1}, with explicit symbolic formulas."
+
+
+_SUMMARIES = {
+    "save_inputs": "Saves its inputs; backward computes the first derivative in differentiable torch ops.",
+    "save_outputs": "Saves its output; backward writes the first derivative in terms of the output.",
+    "intermediates": (
+        "Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."
+    ),
+}
+
+
+def _block(results: list[Result], taken) -> Block:
+    """CSE over the results, with temporaries named after what they hold."""
+    replacements, reduced = symbolic.common_subexpressions([r.expr for r in results])
+    namer = Namer({*taken, *(r.name for r in results)})
+    # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
+    claimed = {}
+    for r, e in zip(results, reduced):
+        if e in dict(replacements) and e not in claimed and r.shape_of is None and not r.broadcast:
+            claimed[e] = r.name
+    names: dict[sympy.Symbol, sympy.Symbol] = {}
+    temporaries = []
+    for symbol, value in replacements:
+        value = value.xreplace(names)
+        if symbol in claimed:
+            name = claimed[symbol]
+        else:
+            base = _describe(value)
+            name = namer.fresh(base, numbered=base == "t")
+        names[symbol] = _symbol(name)
+        temporaries.append((name, value))
+    return Block(
+        temporaries=tuple(temporaries),
+        results=tuple(
+            Result(r.name, e.xreplace(names), r.shape_of, r.broadcast) for r, e in zip(results, reduced)
+        ),
+    )
+
+
+def _describe(value: sympy.Expr) -> str:
+    """A short name for a temporary: exp_x, tanh_softplus_x, x_pow3, neg_x; else 't'."""
+    text = _describe_rec(value, depth=0)
+    return text if text and len(text) <= 24 else "t"
+
+
+def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
+    if depth > 3:
+        return None
+    if value.is_Symbol:
+        return value.name
+    if isinstance(value, sympy.Function) and len(value.args) == 1:
+        inner = _describe_rec(value.args[0], depth + 1)
+        return f"{type(value).__name__.lower()}_{inner}" if inner else None
+    if value.is_Pow and value.exp.is_Integer:
+        inner = _describe_rec(value.base, depth + 1)
+        n = int(value.exp)
+        if inner is None:
+            return None
+        return f"inv_{inner}" if n == -1 else f"{inner}_pow{n}".replace("pow-", "pow_neg")
+    if value.is_Mul and len(value.args) == 2 and value.args[0] == -1:
+        inner = _describe_rec(value.args[1], depth + 1)
+        return f"neg_{inner}" if inner else None
+    return None
+
+
+def _symbol(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name, real=True)
+
+
+def _symbols(names) -> list[sympy.Symbol]:
+    return [_symbol(n) for n in names]

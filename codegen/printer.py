@@ -1,0 +1,169 @@
+"""SymPy -> torch source: one ``_print_X`` method per construct, as SymPy's own printers do.
+
+Tensor-valued subexpressions print as ``torch.*`` calls. Subexpressions of params alone are
+Python floats at run time, so they print with ``math.*`` (torch functions refuse floats).
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.codegen.cfunctions import log1p
+from sympy.printing.precedence import precedence
+from sympy.printing.pycode import PythonCodePrinter
+from sympy.printing.str import StrPrinter
+
+
+
+class TorchPrinter(PythonCodePrinter):
+    """Prints SymPy expressions as torch code, given which symbols hold tensors."""
+
+    printmethod = "_torchcode"
+
+    def __init__(self, tensors, settings=None):
+        super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        self.tensors = frozenset(sympy.Symbol(str(name), real=True) for name in tensors)
+        self.uses_math = False
+
+    def is_tensor(self, expr: sympy.Expr) -> bool:
+        return bool(expr.free_symbols & self.tensors)
+
+    # --- arithmetic --------------------------------------------------------------------
+    _print_Mul = StrPrinter._print_Mul
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Integer(self, expr):
+        return str(int(expr))
+
+    def _print_Rational(self, expr):
+        return f"{expr.p}/{expr.q}"
+
+    def _print_Pow(self, expr, rational=False):
+        base, exponent = expr.base, expr.exp
+        if exponent == sympy.S.Half:
+            return self._call("sqrt", base)
+        if exponent == -sympy.S.Half:
+            return self._call("rsqrt", base) if self.is_tensor(base) else f"1/{self._call('sqrt', base)}"
+        if exponent == -1:
+            return f"1/{self.parenthesize(base, precedence(expr))}"
+        if exponent.is_Rational and not exponent.is_Integer:
+            return f"{self.parenthesize(base, precedence(expr))}**({float(exponent)!r})"
+        return f"{self.parenthesize(base, precedence(expr), strict=True)}**{self.parenthesize(exponent, precedence(expr))}"
+
+    # --- constants ---------------------------------------------------------------------
+    def _print_Pi(self, expr):
+        self.uses_math = True
+        return "math.pi"
+
+    def _print_Exp1(self, expr):
+        self.uses_math = True
+        return "math.e"
+
+    def _print_Half(self, expr):
+        return "1/2"
+
+    # --- functions ---------------------------------------------------------------------
+    def _call(self, name: str, *args) -> str:
+        """``torch.name(args)`` for tensor arguments, ``math.name(args)`` for floats."""
+        printed = ", ".join(self._print(arg) for arg in args)
+        if any(self.is_tensor(arg) for arg in args):
+            return f"torch.{name}({printed})"
+        self.uses_math = True
+        return f"math.{_MATH_NAMES.get(name, name)}({printed})"
+
+    def _print_exp(self, expr):
+        return self._call("exp", expr.args[0])
+
+    def _print_log(self, expr):
+        return self._call("log", expr.args[0])
+
+    def _print_log1p(self, expr):
+        return self._call("log1p", expr.args[0])
+
+    def _print_expm1(self, expr):
+        return self._call("expm1", expr.args[0])
+
+    def _print_sin(self, expr):
+        return self._call("sin", expr.args[0])
+
+    def _print_cos(self, expr):
+        return self._call("cos", expr.args[0])
+
+    def _print_tan(self, expr):
+        return self._call("tan", expr.args[0])
+
+    def _print_asin(self, expr):
+        return self._call("asin", expr.args[0])
+
+    def _print_acos(self, expr):
+        return self._call("acos", expr.args[0])
+
+    def _print_atan(self, expr):
+        return self._call("atan", expr.args[0])
+
+    def _print_atan2(self, expr):
+        y, x = expr.args
+        if self.is_tensor(y) or self.is_tensor(x):
+            return f"torch.atan2({self._as_tensor(y, x)}, {self._as_tensor(x, y)})"
+        return self._call("atan2", y, x)
+
+    def _print_sinh(self, expr):
+        return self._call("sinh", expr.args[0])
+
+    def _print_cosh(self, expr):
+        return self._call("cosh", expr.args[0])
+
+    def _print_tanh(self, expr):
+        return self._call("tanh", expr.args[0])
+
+    def _print_asinh(self, expr):
+        return self._call("asinh", expr.args[0])
+
+    def _print_acosh(self, expr):
+        return self._call("acosh", expr.args[0])
+
+    def _print_atanh(self, expr):
+        return self._call("atanh", expr.args[0])
+
+    def _print_erf(self, expr):
+        return self._call("erf", expr.args[0])
+
+    def _print_erfc(self, expr):
+        return self._call("erfc", expr.args[0])
+
+    def _print_Abs(self, expr):
+        return self._call("abs", expr.args[0])
+
+    def _print_sign(self, expr):
+        (arg,) = expr.args
+        if self.is_tensor(arg):
+            return f"torch.sign({self._print(arg)})"
+        self.uses_math = True
+        return f"math.copysign(1.0, {self._print(arg)}) * ({self._print(arg)} != 0)"
+
+    def _print_sigmoid(self, expr):
+        (arg,) = expr.args
+        if self.is_tensor(arg):
+            return f"torch.sigmoid({self._print(arg)})"
+        return self._print(1 / (1 + sympy.exp(-arg)))
+
+    def _print_softplus(self, expr):
+        (arg,) = expr.args
+        if self.is_tensor(arg):
+            return f"torch.nn.functional.softplus({self._print(arg)})"
+        return self._print(log1p(sympy.exp(arg)))
+
+    def _as_tensor(self, expr, other) -> str:
+        """atan2 needs two tensors: a float argument becomes a full tensor like the other."""
+        if self.is_tensor(expr):
+            return self._print(expr)
+        return f"torch.full_like({self._print(other)}, {self._print(expr)})"
+
+    def emptyPrinter(self, expr):
+        raise NotImplementedError(f"dbgen cannot print {type(expr).__name__} as torch code: {expr}")
+
+    _print_not_supported = emptyPrinter
+
+
+_MATH_NAMES = {"abs": "fabs"}

@@ -1,0 +1,440 @@
+"""Stage 1: a YAML spec file -> a validated, frozen ``Spec``.
+
+YAML is composed (never constructed into arbitrary objects) with line marks kept, so every
+problem names its line. Aliases are refused outright, which makes alias bombs impossible, and
+only the plain YAML scalar tags are accepted.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import keyword
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .errors import Problem, SpecErrors, did_you_mean
+from .expr import CONSTANTS, FUNCTIONS
+
+MAX_SPEC_BYTES = 64 * 1024
+MAX_ORDER = 8
+MAX_INPUTS = 8
+MAX_PARAMS = 16
+MAX_DOC_CHARS = 500
+STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
+DEFAULT_DOMAIN = (-2.0, 2.0)
+
+KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse")
+REQUIRED_KEYS = ("name", "expr", "inputs", "order")
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
+_IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_NATIVE_RE = re.compile(r"torch(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
+# Names the generated module itself defines or imports at top level.
+_MODULE_GLOBALS = {"torch", "math"}
+# Names an input or param may not take: they would shadow the language or the generated code.
+_RESERVED_SYMBOLS = set(FUNCTIONS) | set(CONSTANTS) | _MODULE_GLOBALS | {"ctx"}
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One validated spec file. ``lines`` maps each key to the line it stands on."""
+
+    path: str
+    name: str
+    expr: str
+    inputs: tuple[str, ...]
+    order: int
+    params: tuple[tuple[str, float], ...] = ()
+    strategy: str = "auto"
+    domain: tuple[tuple[str, tuple[float, float]], ...] = ()
+    doc: str = ""
+    native: str | None = None
+    fuse: bool = False
+    lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+
+    def line_of(self, key: str) -> int:
+        return dict(self.lines).get(key, 1)
+
+    def problem(self, key: str, message: str) -> Problem:
+        return Problem(self.path, self.line_of(key), message)
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.params)
+
+    def canonical(self) -> dict:
+        """Everything that determines the generated code, in a stable form."""
+        return {
+            "name": self.name,
+            "expr": self.expr,
+            "inputs": list(self.inputs),
+            "order": self.order,
+            "params": [[n, v] for n, v in self.params],
+            "strategy": self.strategy,
+            "domain": [[n, list(b)] for n, b in self.domain],
+            "doc": self.doc,
+            "native": self.native,
+            "fuse": self.fuse,
+        }
+
+    def digest(self, version: str) -> str:
+        """sha256 of the canonical spec and the generator version: the staleness key."""
+        text = json.dumps({"spec": self.canonical(), "dbgen": version}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses aliases: a spec never needs them, and they enable bombs."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in a spec; write the value out", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def display_path(path: Path, root: Path | None = None) -> str:
+    """The path as users see it in messages and headers: relative to ``root``, '/' separators."""
+    root = root or Path.cwd()
+    try:
+        rel = Path(path).resolve().relative_to(root.resolve())
+    except ValueError:
+        import os
+
+        rel = Path(os.path.relpath(Path(path).resolve(), root.resolve()))
+    return rel.as_posix()
+
+
+def load_spec(path: Path, shown: str) -> Spec:
+    """Read, parse and validate one spec file; raise ``SpecErrors`` listing every problem."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in shown):
+        raise SpecErrors([Problem(repr(shown)[1:-1], 1, "the file name contains control characters; rename the file")])
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise SpecErrors([Problem(shown, 1, f"cannot read the file: {exc.strerror}")]) from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecErrors([Problem(shown, 1, f"the file is {len(raw)} bytes; a spec may be at most {MAX_SPEC_BYTES}")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecErrors([Problem(shown, line, "the file is not valid UTF-8; save it as UTF-8")]) from None
+    root = _compose(text, shown)
+    return _validate(root, shown)
+
+
+def _compose(text: str, shown: str) -> yaml.MappingNode:
+    try:
+        root = yaml.compose(text, Loader=_NoAliasLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else 1
+        what = exc.problem or exc.context or "invalid YAML"
+        raise SpecErrors([Problem(shown, line, f"invalid YAML: {what}")]) from None
+    except yaml.YAMLError as exc:
+        raise SpecErrors([Problem(shown, 1, f"invalid YAML: {exc}")]) from None
+    except RecursionError:
+        raise SpecErrors([Problem(shown, 1, "the YAML is nested too deeply")]) from None
+    if root is None:
+        raise SpecErrors([Problem(shown, 1, "the file is empty; a spec needs at least: name, expr, inputs, order")])
+    if not isinstance(root, yaml.MappingNode):
+        raise SpecErrors([Problem(shown, _line(root), "a spec is a mapping of keys (name, expr, inputs, order, ...)")])
+    return root
+
+
+def _line(node: yaml.Node) -> int:
+    return node.start_mark.line + 1
+
+
+class _Reader:
+    """Turns YAML nodes into plain values, collecting problems instead of stopping at the first."""
+
+    def __init__(self, shown: str):
+        self.shown = shown
+        self.problems: list[Problem] = []
+
+    def fail(self, node: yaml.Node | int, message: str) -> None:
+        line = node if isinstance(node, int) else _line(node)
+        self.problems.append(Problem(self.shown, line, message))
+
+    def scalar(self, node: yaml.Node, what: str):
+        """A plain scalar value, or ``None`` (with a problem recorded) for anything else."""
+        if not isinstance(node, yaml.ScalarNode):
+            kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+            self.fail(node, f"{what} must be a single value, not {kind}")
+            return None
+        if node.tag not in _SCALAR_TAGS:
+            self.fail(node, f"{what}: YAML tag {node.tag!r} is not allowed; remove the tag")
+            return None
+        try:
+            return _NoAliasLoader("").construct_object(node)
+        except (yaml.YAMLError, ValueError, OverflowError):
+            self.fail(node, f"{what}: cannot read the value {node.value!r}")
+            return None
+
+    def mapping(self, node: yaml.Node, what: str) -> list[tuple[yaml.Node, yaml.Node, str]]:
+        """Key nodes, value nodes and key strings of a mapping; duplicate keys are problems."""
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, f"{what} must be a mapping (key: value lines)")
+            return []
+        seen: dict[str, int] = {}
+        items = []
+        for key_node, value_node in node.value:
+            key = self.scalar(key_node, f"a key in {what}")
+            if key is None:
+                continue
+            if not isinstance(key, str):
+                self.fail(key_node, f"{what}: key {key_node.value!r} must be a name")
+                continue
+            if key in seen:
+                self.fail(key_node, f"{what}: key '{key}' appears twice (first on line {seen[key]}); keep one")
+                continue
+            seen[key] = _line(key_node)
+            items.append((key_node, value_node, key))
+        return items
+
+    def sequence(self, node: yaml.Node, what: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, f"{what} must be a list, e.g. [x, y]")
+            return []
+        return list(node.value)
+
+    def number(self, node: yaml.Node, what: str) -> float | None:
+        value = self.scalar(node, what)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(node, f"{what} must be a number, not {node.value!r}")
+            return None
+        try:
+            result = float(value)
+        except OverflowError:
+            result = math.inf
+        if not math.isfinite(result) or abs(result) > 1e300:
+            self.fail(node, f"{what} must be a finite number of reasonable size, not {node.value!r}")
+            return None
+        return result
+
+
+def _validate(root: yaml.MappingNode, shown: str) -> Spec:
+    reader = _Reader(shown)
+    values: dict[str, yaml.Node] = {}
+    lines: dict[str, int] = {}
+    for key_node, value_node, key in reader.mapping(root, "the spec"):
+        if key not in KEYS:
+            reader.fail(key_node, f"unknown key '{key}'{did_you_mean(key, KEYS)}; the keys are: {', '.join(KEYS)}")
+            continue
+        values[key] = value_node
+        lines[key] = _line(key_node)
+    for key in REQUIRED_KEYS:
+        if key not in values:
+            reader.fail(1, f"missing required key '{key}'")
+
+    fields = {
+        "name": _read_name(reader, values.get("name")),
+        "expr": _read_expr(reader, values.get("expr")),
+        "inputs": _read_inputs(reader, values.get("inputs")),
+        "order": _read_order(reader, values.get("order")),
+    }
+    inputs = fields["inputs"] or ()
+    fields["params"] = _read_params(reader, values.get("params"), inputs)
+    fields["strategy"] = _read_choice(reader, values.get("strategy"), "strategy", STRATEGIES, "auto")
+    fields["domain"] = _read_domain(reader, values.get("domain"), inputs)
+    fields["doc"] = _read_doc(reader, values.get("doc"))
+    fields["native"] = _read_native(reader, values.get("native"))
+    fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
+    if reader.problems:
+        raise SpecErrors(reader.problems)
+    return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
+
+
+def _read_name(reader: _Reader, node) -> str | None:
+    if node is None:
+        return None
+    name = reader.scalar(node, "name")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        reader.fail(node, f"name {node.value!r} must be lower snake_case (a-z, 0-9, _), starting with a letter")
+    elif keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        reader.fail(node, f"name '{name}' is a Python keyword; choose another name")
+    elif hasattr(builtins, name):
+        reader.fail(node, f"name '{name}' would shadow the Python builtin '{name}'; choose another name")
+    elif name in _MODULE_GLOBALS:
+        reader.fail(node, f"name '{name}' would shadow the module '{name}' that generated code uses; choose another")
+    else:
+        return name
+    return None
+
+
+def _read_expr(reader: _Reader, node) -> str | None:
+    if node is None:
+        return None
+    text = reader.scalar(node, "expr")
+    if text is None:
+        return None
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        reader.fail(node, "expr must be a string such as 'sinh(x)'")
+        return None
+    text = str(text).strip()
+    if not text:
+        reader.fail(node, "expr is empty; write the function, e.g. 'x * tanh(softplus(x))'")
+        return None
+    return text
+
+
+def _identifier(reader: _Reader, node: yaml.Node, what: str) -> str | None:
+    value = reader.scalar(node, what)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _IDENT_RE.match(value):
+        reader.fail(node, f"{what} {node.value!r} must be an identifier (ASCII letters, digits, _; a letter first)")
+        return None
+    if keyword.iskeyword(value):
+        reader.fail(node, f"{what} '{value}' is a Python keyword; choose another name")
+        return None
+    if value in _RESERVED_SYMBOLS:
+        reader.fail(node, f"{what} '{value}' would shadow the name '{value}' of the language or generated code")
+        return None
+    return value
+
+
+def _read_inputs(reader: _Reader, node) -> tuple[str, ...] | None:
+    if node is None:
+        return None
+    items = reader.sequence(node, "inputs")
+    if isinstance(node, yaml.SequenceNode) and not 1 <= len(items) <= MAX_INPUTS:
+        reader.fail(node, f"inputs must list 1 to {MAX_INPUTS} names, not {len(items)}")
+        return None
+    names: list[str] = []
+    for item in items:
+        name = _identifier(reader, item, "input")
+        if name is None:
+            continue
+        if name in names:
+            reader.fail(item, f"input '{name}' is listed twice")
+            continue
+        names.append(name)
+    return tuple(names) if len(names) == len(items) else None
+
+
+def _read_order(reader: _Reader, node) -> int | None:
+    if node is None:
+        return None
+    value = reader.scalar(node, "order")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ORDER:
+        reader.fail(node, f"order must be a whole number from 1 to {MAX_ORDER}, not {node.value!r}")
+        return None
+    return value
+
+
+def _read_params(reader: _Reader, node, inputs) -> tuple[tuple[str, float], ...]:
+    if node is None:
+        return ()
+    params = []
+    items = reader.mapping(node, "params")
+    if len(items) > MAX_PARAMS:
+        reader.fail(node, f"at most {MAX_PARAMS} params are allowed, not {len(items)}")
+    for key_node, value_node, key in items:
+        name = _identifier(reader, key_node, "param")
+        value = reader.number(value_node, f"param '{key}'")
+        if name is not None and name in inputs:
+            reader.fail(key_node, f"param '{name}' has the name of an input; names must be distinct")
+        elif name is not None and value is not None:
+            params.append((name, value))
+    return tuple(params)
+
+
+def _read_choice(reader: _Reader, node, what: str, choices, default: str) -> str:
+    if node is None:
+        return default
+    value = reader.scalar(node, what)
+    if value not in choices:
+        hint = did_you_mean(str(value), choices)
+        reader.fail(node, f"{what} {node.value!r} is not one of: {', '.join(choices)}{hint}")
+        return default
+    return value
+
+
+def _read_domain(reader: _Reader, node, inputs) -> tuple[tuple[str, tuple[float, float]], ...]:
+    bounds = {name: DEFAULT_DOMAIN for name in inputs}
+    if node is None:
+        return tuple(bounds.items())
+    for key_node, value_node, key in reader.mapping(node, "domain"):
+        if key not in inputs:
+            reader.fail(key_node, f"domain names '{key}', which is not an input{did_you_mean(key, inputs)}")
+            continue
+        items = reader.sequence(value_node, f"domain of '{key}'")
+        if isinstance(value_node, yaml.SequenceNode) and len(items) != 2:
+            reader.fail(value_node, f"domain of '{key}' must be [lo, hi]")
+            continue
+        numbers = [reader.number(item, f"domain of '{key}'") for item in items]
+        if len(numbers) != 2 or None in numbers:
+            continue
+        lo, hi = numbers
+        if not lo < hi:
+            reader.fail(value_node, f"domain of '{key}' must have lo < hi, not [{lo}, {hi}]")
+            continue
+        bounds[key] = (lo, hi)
+    return tuple(bounds.items())
+
+
+def _read_doc(reader: _Reader, node) -> str:
+    if node is None:
+        return ""
+    value = reader.scalar(node, "doc")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        reader.fail(node, "doc must be a string")
+        return ""
+    value = value.strip()
+    if "\n" in value or "\r" in value:
+        reader.fail(node, "doc must be one line; put longer notes in comments of the spec file")
+    elif len(value) > MAX_DOC_CHARS:
+        reader.fail(node, f"doc is {len(value)} characters; keep it to {MAX_DOC_CHARS}")
+    elif any(not ch.isprintable() for ch in value):
+        reader.fail(node, "doc contains control characters; remove them")
+    else:
+        return value
+    return ""
+
+
+def _read_native(reader: _Reader, node) -> str | None:
+    if node is None:
+        return None
+    value = reader.scalar(node, "native")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _NATIVE_RE.match(value):
+        reader.fail(node, f"native {node.value!r} must be a dotted name starting with 'torch.', e.g. torch.sinh")
+        return None
+    return value
+
+
+def _read_bool(reader: _Reader, node, what: str, default: bool) -> bool:
+    if node is None:
+        return default
+    value = reader.scalar(node, what)
+    if not isinstance(value, bool):
+        reader.fail(node, f"{what} must be true or false, not {node.value!r}")
+        return default
+    return value

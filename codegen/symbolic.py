@@ -1,0 +1,108 @@
+"""Stage 3: derivatives, vector-Jacobian products, rewrites in terms of saved values, and CSE.
+
+Everything here is pure SymPy: no torch, no code text. Derivatives are taken almost everywhere,
+as autograd takes them (the derivative of sign(u) is 0, not a Dirac delta).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sympy
+
+
+def clean(expr: sympy.Expr) -> sympy.Expr:
+    """Drop the distributions SymPy produces at measure-zero points (autograd's convention)."""
+    if expr.has(sympy.DiracDelta):
+        expr = expr.replace(lambda e: isinstance(e, sympy.DiracDelta), lambda e: sympy.S.Zero)
+    return expr
+
+
+def vjp(outputs: list[sympy.Expr], cotangents: list[sympy.Symbol], wrt: list[sympy.Symbol]) -> list[sympy.Expr]:
+    """For each variable v in ``wrt``: sum_j cotangent_j * d(output_j)/dv."""
+    return [
+        clean(sympy.Add(*(c * sympy.diff(out, v) for c, out in zip(cotangents, outputs))))
+        for v in wrt
+    ]
+
+
+def partial_derivatives(expr: sympy.Expr, inputs: tuple[sympy.Symbol, ...], order: int, limit: int):
+    """(multi-index, derivative) pairs in order of total degree, at most ``limit`` of them.
+
+    Returns the pairs and how many more exist beyond ``limit``.
+    """
+    shown: list[tuple[tuple[sympy.Symbol, ...], sympy.Expr]] = []
+    cache: dict[tuple, sympy.Expr] = {(): expr}
+    total = 0
+    for degree in range(1, order + 1):
+        for combo in itertools.combinations_with_replacement(range(len(inputs)), degree):
+            total += 1
+            if len(shown) >= limit:
+                continue
+            parent = cache[combo[:-1]]
+            derivative = clean(sympy.diff(parent, inputs[combo[-1]]))
+            cache[combo] = derivative
+            shown.append((tuple(inputs[i] for i in combo), derivative))
+    return shown, total - len(shown)
+
+
+def exp_form(expr: sympy.Expr) -> sympy.Expr:
+    """sinh and cosh written through exp(u) and exp(-u), so forward and derivative share them.
+
+    This is the tutorial's ``Sinh``: the derivative cosh(u) has no value in common with sinh(u),
+    but (exp(u) + exp(-u))/2 and (exp(u) - exp(-u))/2 share both exponentials.
+    """
+    return expr.replace(
+        lambda e: isinstance(e, (sympy.sinh, sympy.cosh)),
+        lambda e: e.rewrite(sympy.exp),
+    )
+
+
+def in_terms_of(expr: sympy.Expr, known: list[tuple[sympy.Symbol, sympy.Expr]], exact: bool = True) -> sympy.Expr:
+    """Rewrite ``expr`` to use the symbols of values already computed.
+
+    ``known`` pairs a symbol with the expression whose value it holds. Exact replacement finds
+    the values as they stand; ``exact=False`` lets SymPy's ``subs`` also find powers of them
+    (1/x**2 in terms of y = 1/x is y**2), which is safe for one value but, across several, can
+    trade exp(x) for 1/exp(-x).
+    """
+    expr = expr.xreplace({value: symbol for symbol, value in known if not value.is_Atom})
+    if not exact:
+        for symbol, value in sorted(known, key=lambda pair: -sympy.count_ops(pair[1])):
+            if not value.is_Atom:
+                expr = expr.subs(value, symbol)
+    return expr
+
+
+def is_transcendental(expr: sympy.Expr) -> bool:
+    """True when computing ``expr`` needs a function call, worth saving rather than recomputing."""
+    return any(isinstance(node, sympy.Function) for node in sympy.preorder_traversal(expr))
+
+
+def shared_values(forward: sympy.Expr, derivatives: list[sympy.Expr], inputs) -> tuple[sympy.Expr, ...]:
+    """The function calls of ``forward`` whose values its derivatives reuse (the tutorial's exp(x)).
+
+    Candidates are the calls in the forward that depend on an input; larger ones are taken
+    first, and a smaller one is kept only if the derivatives still need it once the larger kept
+    ones are replaced (softplus(x) is not kept for mish when tanh(softplus(x)) is). The forward
+    value itself is never a candidate: it is saved as the output.
+    """
+    inputs = set(inputs)
+    candidates = {
+        node for node in sympy.preorder_traversal(forward)
+        if isinstance(node, sympy.Function) and node.free_symbols & inputs and node != forward
+    }
+    ordered = sorted(candidates, key=lambda v: (-sympy.count_ops(v), sympy.default_sort_key(v)))
+    remaining = list(derivatives)
+    kept = []
+    for index, value in enumerate(ordered):
+        if any(d.has(value) for d in remaining):
+            kept.append(value)
+            marker = sympy.Dummy(f"shared{index}")
+            remaining = [d.xreplace({value: marker}) for d in remaining]
+    return tuple(sorted(kept, key=lambda v: (sympy.count_ops(v), sympy.default_sort_key(v))))
+
+
+def common_subexpressions(exprs: list[sympy.Expr]):
+    """SymPy's CSE with canonical ordering, so output does not depend on hashing."""
+    return sympy.cse(exprs, symbols=sympy.numbered_symbols("_cse"), order="canonical")
+
