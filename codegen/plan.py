@@ -16,7 +16,7 @@ import sympy
 from . import symbolic
 from .spec import Spec
 
-HELPERS = ("_reduce_to", "_broadcast_all")
+HELPERS = ("_broadcast", "_broadcast_all")
 _MODULE_NAMES = {"torch", "math", "ctx", "inputs", "output", "ORDER", "STRATEGY", *HELPERS}
 
 
@@ -24,13 +24,16 @@ _MODULE_NAMES = {"torch", "math", "ctx", "inputs", "output", "ORDER", "STRATEGY"
 class Result:
     """A value a block returns: an output of forward, or a gradient of backward.
 
-    ``shape_of`` names the variable whose shape a gradient is reduced to. ``broadcast`` marks a
-    forward output that does not mention every input, so it must be broadcast to all of them.
+    ``grad_of`` names the variable a gradient belongs to (``None`` for forward outputs).
+    ``broadcast`` marks a forward output that does not mention every input, so it must be
+    broadcast to all of them. Inside generated Functions every tensor has the inputs' common
+    shape: the public function broadcasts the inputs first (as views), and autograd's own
+    expand-backward sums each gradient back to its input's shape.
     """
 
     name: str
     expr: sympy.Expr
-    shape_of: str | None = None
+    grad_of: str | None = None
     broadcast: bool = False
 
 
@@ -51,7 +54,6 @@ class FunctionPlan:
     inputs: tuple[str, ...]
     forward: Block
     saved: tuple[str, ...]
-    shapes: tuple[str, ...]
     cotangents: tuple[str, ...]
     backward: Block | None
     next_level: str | None
@@ -162,7 +164,6 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
 
     used = set().union(*(g.free_symbols for g in gradients))
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
-    shapes = tuple(str(x) for x in inputs if str(x) not in saved)
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
     backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)], taken=local.taken)
@@ -172,7 +173,6 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
         inputs=tuple(str(x) for x in inputs),
         forward=_block(results, taken=namer.taken),
         saved=saved,
-        shapes=shapes,
         cotangents=cotangents,
         backward=backward,
         next_level=None,
@@ -203,7 +203,6 @@ def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...
                 inputs=tuple(names),
                 forward=_block(results, taken=local.taken),
                 saved=tuple(names),
-                shapes=(),
                 cotangents=cotangents,
                 backward=_block(gradients, taken=local.taken) if last else None,
                 next_level=None if last else class_names[level + 1],
@@ -219,9 +218,9 @@ def _output(name: str, expr: sympy.Expr, inputs) -> Result:
 
 
 def _cotangent_name(namer: Namer, level: int, result: Result) -> str:
-    if result.shape_of is None:
+    if result.grad_of is None:
         return namer.fresh(f"grad_{result.name}")
-    return namer.fresh(f"grad{level}_{result.shape_of}")
+    return namer.fresh(f"grad{level}_{result.grad_of}")
 
 
 def _level_summary(level: int) -> str:
@@ -246,7 +245,7 @@ def _block(results: list[Result], taken) -> Block:
     # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
     claimed = {}
     for r, e in zip(results, reduced):
-        if e in dict(replacements) and e not in claimed and r.shape_of is None and not r.broadcast:
+        if e in dict(replacements) and e not in claimed and r.grad_of is None and not r.broadcast:
             claimed[e] = r.name
     names: dict[sympy.Symbol, sympy.Symbol] = {}
     temporaries = []
@@ -262,7 +261,7 @@ def _block(results: list[Result], taken) -> Block:
     return Block(
         temporaries=tuple(temporaries),
         results=tuple(
-            Result(r.name, e.xreplace(names), r.shape_of, r.broadcast) for r, e in zip(results, reduced)
+            Result(r.name, e.xreplace(names), r.grad_of, r.broadcast) for r, e in zip(results, reduced)
         ),
     )
 

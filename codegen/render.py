@@ -86,6 +86,7 @@ def render_module(plan: ModulePlan) -> str:
         functions=views,
         signature=_signature(spec),
         call=f"{plan.entry.class_name}.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
+        broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
         returns_first_only=plan.returns_first_only,
     )
 
@@ -143,14 +144,11 @@ def _signature(spec) -> str:
 def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
     printer = _block_printer(fn.forward, fn.inputs)
-    forward_lines = _block_lines(fn.forward, printer, shape_source=lambda name: f"{name}.shape",
-                                 zeros_source=lambda name: f"torch.zeros_like({name})",
-                                 inputs=fn.inputs)
     printers.append(printer)
-    saved_set = set(fn.saved)
-    backward_lines, backward_return = _backward(fn, plan, saved_set, printers)
+    forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
+    backward_lines, backward_return = _backward(fn, plan, printers)
     outputs = fn.outputs
-    needs_output = any(name in saved_set for name in outputs)
+    needs_output = any(name in fn.saved for name in outputs)
     return FunctionView(
         class_name=fn.class_name,
         summary=fn.summary,
@@ -161,16 +159,14 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
         output_unpack=((_unpack(outputs) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
-        ctx_lines=tuple(
-            [f"ctx.{name} = {name}" for name in params] + [f"ctx.{name}_shape = {name}.shape" for name in fn.shapes]
-        ),
+        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params),
         cotangents=", ".join(fn.cotangents),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
     )
 
 
-def _backward(fn: FunctionPlan, plan: ModulePlan, saved: set[str], printers: list[TorchPrinter]):
+def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     params = plan.spec.param_names
     nones = ["None"] * len(params)
     lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.backward)]
@@ -180,16 +176,13 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, saved: set[str], printers: lis
         call = f"{fn.next_level}.apply({args})"
         if not params:
             return lines, call
-        lines.append(f"{_unpack(nxt.outputs)} = {call}")
+        unpack = _unpack(nxt.outputs) if len(nxt.outputs) > 1 else nxt.outputs[0]
+        lines.append(f"{unpack} = {call}")
         return lines, ", ".join([*nxt.outputs, *nones])
-    anchor = fn.cotangents[0]
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved])
     printers.append(printer)
     lines += _block_lines(
-        fn.backward, printer,
-        shape_source=lambda name: f"{name}.shape" if name in saved else f"ctx.{name}_shape",
-        zeros_source=lambda name: f"torch.zeros_like({name})" if name in saved else f"{anchor}.new_zeros(ctx.{name}_shape)",
-        inputs=fn.inputs,
+        fn.backward, printer, in_scope=(*fn.cotangents, *fn.saved), anchor=fn.cotangents[0], forward=False
     )
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
 
@@ -201,30 +194,31 @@ def _used_names(block: Block | None) -> set[str]:
     return {str(s) for e in exprs for s in e.free_symbols}
 
 
-def _block_lines(block: Block, printer: TorchPrinter, shape_source, zeros_source, inputs) -> list[str]:
+def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> list[str]:
+    """Temporaries, then results; ``anchor`` is a tensor in scope with the common shape."""
     lines = [f"{name} = {printer.doprint(value)}" for name, value in block.temporaries]
     for result in block.results:
         if result.expr != sympy.Symbol(result.name, real=True):  # else a temporary already holds it
-            lines.append(f"{result.name} = {_result_code(result, printer, shape_source, zeros_source, inputs)}")
+            lines.append(f"{result.name} = {_result_code(result, printer, in_scope, anchor, forward)}")
     return lines
 
 
-def _result_code(result: Result, printer: TorchPrinter, shape_source, zeros_source, inputs) -> str:
-    if result.shape_of is not None:
-        if result.expr == 0:
-            return zeros_source(result.shape_of)
-        return f"_reduce_to({printer.doprint(result.expr)}, {shape_source(result.shape_of)})"
+def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> str:
+    if result.expr == 0:
+        like = result.grad_of if result.grad_of in in_scope else anchor
+        return f"torch.zeros_like({like})"
     value = printer.doprint(result.expr)
     if result.broadcast:
-        return f"_broadcast_all({value}, {', '.join(inputs)})"
-    if result.expr.is_Symbol and str(result.expr) in inputs:
-        return f"{value}.clone()"  # never return an input itself from forward
+        return f"_broadcast_all({value}, {', '.join(in_scope)})"
+    if forward and result.expr.is_Symbol and str(result.expr) in in_scope:
+        # A Function may not return one of its inputs itself; a view of it is what PyTorch asks for.
+        return f"{value}.view_as({value})"
     return value
 
 
 def _helpers_used(views: list[FunctionView]) -> list[str]:
     text = "\n".join(line for view in views for line in (*view.forward_lines, *view.backward_lines))
-    return [name for name in ("_reduce_to", "_broadcast_all") if f"{name}(" in text]
+    return [name for name in ("_broadcast_all",) if f"{name}(" in text]
 
 
 def _unpack(names) -> str:

@@ -21,11 +21,14 @@ ORDER = 2
 STRATEGY = "save_inputs"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
+def _broadcast(*tensors):
+    """The inputs expanded to their common shape (views, no copies).
+
+    Every tensor inside the Functions below then has one shape, and autograd's own
+    expand-backward sums each gradient back to its input's shape, at every order.
+    """
+    shape = torch.broadcast_shapes(*(tensor.shape for tensor in tensors))
+    return tuple(tensor if tensor.shape == shape else tensor.expand(shape) for tensor in tensors)
 
 
 class Atan2(torch.autograd.Function):
@@ -45,8 +48,8 @@ class Atan2(torch.autograd.Function):
     def backward(ctx, grad_out):
         y, x = ctx.saved_tensors
         t0 = grad_out/(x**2 + y**2)
-        grad_y = _reduce_to(t0*x, y.shape)
-        grad_x = _reduce_to(-t0*y, x.shape)
+        grad_y = t0*x
+        grad_x = -t0*y
         return grad_y, grad_x
 
 
@@ -57,4 +60,5 @@ def atan2(y, x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 2.
     """
+    y, x = _broadcast(y, x)
     return Atan2.apply(y, x)

@@ -19,13 +19,6 @@ ORDER = 3
 STRATEGY = "nested"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class Cube(torch.autograd.Function):
     """Forward value; backward applies the next level (the tutorial's nested pattern)."""
 
@@ -50,7 +43,7 @@ class CubeBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(grad_out, x):
-        grad_x = _reduce_to(3*grad_out*x**2, x.shape)
+        grad_x = 3*grad_out*x**2
         return grad_x
 
     @staticmethod
@@ -69,8 +62,8 @@ class CubeBackward2(torch.autograd.Function):
 
     @staticmethod
     def forward(grad2_x, grad_out, x):
-        grad_grad_out = _reduce_to(3*grad2_x*x**2, grad_out.shape)
-        grad_x = _reduce_to(6*grad2_x*grad_out*x, x.shape)
+        grad_grad_out = 3*grad2_x*x**2
+        grad_x = 6*grad2_x*grad_out*x
         return grad_grad_out, grad_x
 
     @staticmethod
@@ -83,9 +76,9 @@ class CubeBackward2(torch.autograd.Function):
         grad2_x, grad_out, x = ctx.saved_tensors
         t0 = 6*x
         t1 = grad3_x*t0
-        grad_grad2_x = _reduce_to(3*grad3_grad_out*x**2 + grad_out*t1, grad2_x.shape)
-        grad_grad_out = _reduce_to(grad2_x*t1, grad_out.shape)
-        grad_x = _reduce_to(grad2_x*grad3_grad_out*t0 + 6*grad2_x*grad3_x*grad_out, x.shape)
+        grad_grad2_x = 3*grad3_grad_out*x**2 + grad_out*t1
+        grad_grad_out = grad2_x*t1
+        grad_x = grad2_x*grad3_grad_out*t0 + 6*grad2_x*grad3_x*grad_out
         return grad_grad2_x, grad_grad_out, grad_x
 
 

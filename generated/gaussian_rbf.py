@@ -25,11 +25,14 @@ ORDER = 3
 STRATEGY = "save_inputs"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
+def _broadcast(*tensors):
+    """The inputs expanded to their common shape (views, no copies).
+
+    Every tensor inside the Functions below then has one shape, and autograd's own
+    expand-backward sums each gradient back to its input's shape, at every order.
+    """
+    shape = torch.broadcast_shapes(*(tensor.shape for tensor in tensors))
+    return tuple(tensor if tensor.shape == shape else tensor.expand(shape) for tensor in tensors)
 
 
 class GaussianRbf(torch.autograd.Function):
@@ -52,8 +55,8 @@ class GaussianRbf(torch.autograd.Function):
         gamma = ctx.gamma
         t0 = 2*x - 2*y
         t1 = gamma*grad_out*torch.exp(-gamma*(x - y)**2)
-        grad_x = _reduce_to(-t0*t1, x.shape)
-        grad_y = _reduce_to(t0*t1, y.shape)
+        grad_x = -t0*t1
+        grad_y = t0*t1
         return grad_x, grad_y, None
 
 
@@ -64,4 +67,5 @@ def gaussian_rbf(x, y, *, gamma=0.5):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
+    x, y = _broadcast(x, y)
     return GaussianRbf.apply(x, y, gamma)

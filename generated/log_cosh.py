@@ -20,13 +20,6 @@ ORDER = 4
 STRATEGY = "intermediates"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class LogCosh(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
 
@@ -42,13 +35,12 @@ class LogCosh(torch.autograd.Function):
         (x,) = inputs
         out, exp_x, exp_neg_x = output
         ctx.save_for_backward(exp_x, exp_neg_x)
-        ctx.x_shape = x.shape
 
     @staticmethod
     def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):
         exp_x, exp_neg_x = ctx.saved_tensors
         t0 = exp_neg_x/2
-        grad_x = _reduce_to(-exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_x/2 - t0)/(exp_x/2 + t0), ctx.x_shape)
+        grad_x = -exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_x/2 - t0)/(exp_x/2 + t0)
         return grad_x
 
 

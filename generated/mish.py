@@ -19,13 +19,6 @@ ORDER = 3
 STRATEGY = "intermediates"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class Mish(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
 
@@ -45,7 +38,7 @@ class Mish(torch.autograd.Function):
     def backward(ctx, grad_out, grad_tanh_softplus_x):
         x, tanh_softplus_x = ctx.saved_tensors
         t0 = (1 - tanh_softplus_x**2)*torch.sigmoid(x)
-        grad_x = _reduce_to(grad_out*(t0*x + tanh_softplus_x) + grad_tanh_softplus_x*t0, x.shape)
+        grad_x = grad_out*(t0*x + tanh_softplus_x) + grad_tanh_softplus_x*t0
         return grad_x
 
 

@@ -20,13 +20,6 @@ ORDER = 4
 STRATEGY = "intermediates"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class Silu(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
 
@@ -46,7 +39,7 @@ class Silu(torch.autograd.Function):
     def backward(ctx, grad_out, grad_sigmoid_x):
         x, sigmoid_x = ctx.saved_tensors
         t0 = sigmoid_x*(1 - sigmoid_x)
-        grad_x = _reduce_to(grad_out*(sigmoid_x + t0*x) + grad_sigmoid_x*t0, x.shape)
+        grad_x = grad_out*(sigmoid_x + t0*x) + grad_sigmoid_x*t0
         return grad_x
 
 

@@ -18,13 +18,6 @@ ORDER = 2
 STRATEGY = "intermediates"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class Sinh(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
 
@@ -40,12 +33,11 @@ class Sinh(torch.autograd.Function):
         (x,) = inputs
         out, exp_x, exp_neg_x = output
         ctx.save_for_backward(exp_x, exp_neg_x)
-        ctx.x_shape = x.shape
 
     @staticmethod
     def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):
         exp_x, exp_neg_x = ctx.saved_tensors
-        grad_x = _reduce_to(-exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_neg_x/2 + exp_x/2), ctx.x_shape)
+        grad_x = -exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_neg_x/2 + exp_x/2)
         return grad_x
 
 

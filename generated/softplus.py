@@ -19,13 +19,6 @@ ORDER = 3
 STRATEGY = "intermediates"
 
 
-def _reduce_to(grad, shape):
-    """Sum `grad` over the dimensions broadcasting added, so it has exactly `shape`."""
-    if grad.shape != shape:
-        grad = grad.expand(torch.broadcast_shapes(grad.shape, shape)).sum_to_size(shape)
-    return grad
-
-
 class Softplus(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
 
@@ -41,13 +34,12 @@ class Softplus(torch.autograd.Function):
         out, t = output
         ctx.save_for_backward(t)
         ctx.beta = beta
-        ctx.x_shape = x.shape
 
     @staticmethod
     def backward(ctx, grad_out, grad_t):
         (t,) = ctx.saved_tensors
         beta = ctx.beta
-        grad_x = _reduce_to(beta*grad_t*t + grad_out*t/(t + 1), ctx.x_shape)
+        grad_x = beta*grad_t*t + grad_out*t/(t + 1)
         return grad_x, None
 
 
