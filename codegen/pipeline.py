@@ -18,18 +18,23 @@ from .spec import Spec, display_path, load_spec
 SPEC_SUFFIXES = (".yaml", ".yml")
 
 
+class SpecsPathError(SpecErrors):
+    """SPECS itself is wrong (missing, or holding no spec files): an argument problem, not a problem
+    in a spec, so the CLI reports it as one line without a line number."""
+
+
 def discover(specs: Path) -> list[Path]:
     """The spec files under ``specs`` (a file or a directory, searched recursively), sorted."""
     if specs.is_file():
         return [specs]
     if not specs.is_dir():
-        raise SpecErrors([Problem(display_path(specs), 1, "no such file or directory; give a spec file or a folder of them")])
+        raise SpecsPathError([Problem(display_path(specs), 1, "no such file or directory; give a spec file or a folder of them")])
     found = sorted(
         (p for p in specs.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file()),
         key=lambda p: p.relative_to(specs).as_posix(),
     )
     if not found:
-        raise SpecErrors([Problem(display_path(specs), 1, "no *.yaml or *.yml spec files found here")])
+        raise SpecsPathError([Problem(display_path(specs), 1, "no *.yaml or *.yml spec files found here")])
     return found
 
 

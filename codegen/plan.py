@@ -126,30 +126,32 @@ def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
 def choose_strategy(spec: Spec, expr: sympy.Expr, inputs) -> tuple[str, str]:
     """The strategy and a one-line reason: the spec's choice, or the rule for ``auto``.
 
-    ``auto``: save the output when the first derivative can be written from the output alone
-    (exp, tanh, sigmoid, 1/x, ...); else return the shared transcendental intermediates when the
-    forward and the first derivative share any (mish, gelu_tanh, x*exp(x)); else save the inputs.
-    ``nested`` is chosen only on request: it pays a Function call per level.
+    ``auto``, in order: save the output when the first derivative, written in terms of the
+    output, recomputes no function of the inputs (exp, tanh, sigmoid, exp(-gamma*(x-y)**2));
+    else return the shared intermediates when forward and first derivative share function
+    calls (mish, gelu_tanh, x*exp(x)); else save the output if the derivative reuses it at all;
+    else save the inputs. ``nested`` is chosen only on request: it pays a Function per level.
     """
     if spec.strategy != "auto":
         return spec.strategy, "chosen in the spec"
     derivatives = [symbolic.clean(sympy.diff(expr, x)) for x in inputs]
     out = sympy.Symbol("_out", real=True)
     rewritten = [symbolic.in_terms_of(d, [(out, expr)], exact=False) for d in derivatives]
-    if any(out in d.free_symbols for d in rewritten) and not any(
-        d.free_symbols & set(inputs) for d in rewritten
-    ):
-        return "save_outputs", "auto: the first derivative is a function of the output alone"
+    uses_output = any(out in d.free_symbols for d in rewritten)
+    if uses_output and not any(symbolic.calls_on(d, inputs) for d in rewritten):
+        return "save_outputs", "auto: the first derivative needs the output and no other function call"
     if symbolic.shared_values(expr, derivatives, inputs):
-        return "intermediates", "auto: forward and first derivative share transcendental intermediates"
-    return "save_inputs", "auto: the first derivative shares nothing worth saving with the forward"
+        return "intermediates", "auto: forward and first derivative share function calls"
+    if uses_output:
+        return "save_outputs", "auto: the first derivative reuses the output"
+    return "save_inputs", "auto: the first derivative shares nothing with the forward"
 
 
 def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
     """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops."""
-    forward_expr = symbolic.exp_form(expr) if strategy == "intermediates" else expr
-    first = [symbolic.clean(sympy.diff(forward_expr, x)) for x in inputs]
-    extras = symbolic.shared_values(forward_expr, first, inputs) if strategy == "intermediates" else ()
+    forward_expr, extras = expr, ()
+    if strategy == "intermediates":
+        forward_expr, extras = _intermediates(expr, inputs)
 
     out = namer.fresh("out")
     results = [_output(out, forward_expr, inputs)]
@@ -177,6 +179,21 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
         backward=backward,
         next_level=None,
     )
+
+
+def _intermediates(expr: sympy.Expr, inputs) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
+    """The forward to compute and the shared values to return with it.
+
+    When the forward shares no function call with its derivative (sinh(x), whose derivative is
+    cosh(x)), sinh and cosh are written through exp(u) and exp(-u), as the tutorial's Sinh does.
+    """
+    first = [symbolic.clean(sympy.diff(expr, x)) for x in inputs]
+    shared = symbolic.shared_values(expr, first, inputs)
+    rewritten = symbolic.exp_form(expr)
+    if shared or rewritten == expr:
+        return expr, shared
+    first = [symbolic.clean(sympy.diff(rewritten, x)) for x in inputs]
+    return rewritten, symbolic.shared_values(rewritten, first, inputs)
 
 
 def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...]:

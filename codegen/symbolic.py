@@ -73,9 +73,12 @@ def in_terms_of(expr: sympy.Expr, known: list[tuple[sympy.Symbol, sympy.Expr]], 
     return expr
 
 
-def is_transcendental(expr: sympy.Expr) -> bool:
-    """True when computing ``expr`` needs a function call, worth saving rather than recomputing."""
-    return any(isinstance(node, sympy.Function) for node in sympy.preorder_traversal(expr))
+def calls_on(expr: sympy.Expr, inputs) -> bool:
+    """True when computing ``expr`` calls a function of an input (work worth saving, not redoing)."""
+    inputs = set(inputs)
+    return any(
+        isinstance(node, sympy.Function) and node.free_symbols & inputs for node in sympy.preorder_traversal(expr)
+    )
 
 
 def shared_values(forward: sympy.Expr, derivatives: list[sympy.Expr], inputs) -> tuple[sympy.Expr, ...]:

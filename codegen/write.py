@@ -7,6 +7,7 @@ overwritten.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -48,16 +49,30 @@ def write_files(out: Path, files: dict[str, str]) -> list[str]:
 
 
 def _atomic_write(target: Path, data: bytes) -> None:
+    mode = _file_mode(target)
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates the file 0600; a generated file gets the mode any new file would get
+        # (or keeps the one it had), so that others can read and import it.
+        os.chmod(temp, mode)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def _file_mode(target: Path) -> int:
+    """The permission bits for ``target``: its current ones, else 0666 less the umask."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d2f/dx2 = (77 operations; see the generated formulas below)
     d3f/dx3 = (148 operations; see the generated formulas below)
 
-Strategy: intermediates (auto: forward and first derivative share transcendental intermediates).
+Strategy: intermediates (auto: forward and first derivative share function calls).
 Derivatives of every order up to 3 are verified by tests/test_gelu_tanh.py.
 """
 

@@ -9,7 +9,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d2f/dx2 = x*(1 - tanh(softplus(x))**2)*(1 - sigmoid(x))*sigmoid(x) - 2*x*(1 - tanh(softplus(x))**2)*tanh(softplus(x))*sigmoid(x)**2 + 2*(1 - tanh(softplus(x))**2)*sigmoid(x)
     d3f/dx3 = (104 operations; see the generated formulas below)
 
-Strategy: intermediates (auto: forward and first derivative share transcendental intermediates).
+Strategy: intermediates (auto: forward and first derivative share function calls).
 Derivatives of every order up to 3 are verified by tests/test_mish.py.
 """
 

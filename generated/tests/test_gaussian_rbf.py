@@ -58,7 +58,7 @@ def derivative_chain(fn, inputs, order, seed):
 
 def test_module_constants():
     assert generated.ORDER == ORDER
-    assert generated.STRATEGY == "save_inputs"
+    assert generated.STRATEGY == "save_outputs"
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -1,0 +1,28 @@
+# Two commands set everything up on a fresh machine:
+#   make build   -> creates .venv (torch 2.13.0 CPU first, then dbgen with its test extras) and runs `dbgen build specs/`
+#   make test    -> the same set-up, then every test: the project's tests and generated/tests
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+
+.PHONY: build test check clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+build: $(VENV)/.installed
+	$(BIN)/dbgen build specs/
+
+check: $(VENV)/.installed
+	$(BIN)/dbgen check specs/
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -1,0 +1,443 @@
+"""The ``dbgen`` command as users and CI run it: a fresh process, in their own folder.
+
+Every run goes through ``python -m codegen`` in a subprocess whose working directory is a temporary
+folder holding a few small example specs, so that paths in headers and messages are the ones a user
+sees. Every failing run is also checked for a traceback: none may reach a user.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import codegen
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "specs"
+SMALL = ("square", "exp", "sinh", "cube", "gaussian_rbf")
+VERSION = codegen.__version__
+CONCRETE_STRATEGIES = {"save_inputs", "save_outputs", "intermediates", "nested"}
+
+
+def dbgen(*args: str, cwd: Path, env: dict | None = None, umask: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m codegen ARGS`` in ``cwd``; a failing run must not show a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "codegen", *args],
+        cwd=cwd,
+        env=_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
+    )
+    if result.returncode != 0:
+        assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    return result
+
+
+def python(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "DBGEN_DEBUG"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # importing generated code must not add files to the trees compared
+    env.update(extra or {})
+    return env
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
+    """Every file under root: content, mtime and inode (a rewrite through rename changes the inode)."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def expected_files(names) -> set[str]:
+    return {"__init__.py", *(f"{n}.py" for n in names), *(f"tests/test_{n}.py" for n in names)}
+
+
+def files_under(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def stderr_lines_with(result: subprocess.CompletedProcess, path: str, word: str) -> list[str]:
+    return [line for line in result.stderr.splitlines() if path in line and word in line]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """A folder with specs/ (the small examples) and out/ built from them, built once."""
+    root = tmp_path_factory.mktemp("built")
+    (root / "specs").mkdir()
+    for name in SMALL:
+        shutil.copy(EXAMPLES / f"{name}.yaml", root / "specs")
+    result = dbgen("build", "specs", "-o", "out", cwd=root)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.fixture
+def work(built, tmp_path) -> Path:
+    """A private copy of ``built`` to change."""
+    root = tmp_path / "work"
+    shutil.copytree(built, root)
+    return root
+
+
+@pytest.fixture
+def specs_only(tmp_path) -> Path:
+    (tmp_path / "specs").mkdir()
+    for name in SMALL:
+        shutil.copy(EXAMPLES / f"{name}.yaml", tmp_path / "specs")
+    return tmp_path
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def test_version(tmp_path):
+    result = dbgen("--version", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"dbgen {VERSION}"
+
+
+def test_no_arguments_prints_help(tmp_path):
+    result = dbgen(cwd=tmp_path)
+    text = result.stdout + result.stderr
+    assert result.returncode in (0, 2)
+    assert "Usage" in text and "build" in text and "check" in text
+
+
+@pytest.mark.parametrize("command, options", [("build", ("--output", "--prune", "--fuse")), ("check", ("--output",))])
+def test_command_help(tmp_path, command, options):
+    result = dbgen(command, "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Usage" in result.stdout
+    for option in options:
+        assert option in result.stdout
+
+
+def test_main_module_runs_nothing_on_import(tmp_path):
+    result = python("import codegen.__main__", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+
+
+# --- build -----------------------------------------------------------------------------------------
+
+
+def test_build_writes_every_file(built):
+    assert files_under(built / "out") == expected_files(SMALL)
+
+
+def test_build_reports_what_it_wrote(specs_only):
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 0, result.stderr
+    assert f"{len(SMALL)} spec(s)" in result.stdout
+    assert f"{len(expected_files(SMALL))} file(s) written" in result.stdout
+
+
+def test_headers_name_the_spec_version_and_hash(built):
+    out = built / "out"
+    hashes = {}
+    for name in SMALL:
+        for rel in (f"{name}.py", f"tests/test_{name}.py"):
+            first, second = (out / rel).read_text(encoding="utf-8").splitlines()[:2]
+            assert first == f"# @generated by dbgen {VERSION} from specs/{name}.yaml. DO NOT EDIT.", rel
+            match = re.fullmatch(rf"# dbgen-version: {re.escape(VERSION)}  spec-sha256: ([0-9a-f]{{64}})", second)
+            assert match, f"{rel}: {second!r}"
+            hashes.setdefault(name, set()).add(match.group(1))
+        assert len(hashes[name]) == 1, f"{name}: module and tests record different spec hashes"
+    assert len({h for hs in hashes.values() for h in hs}) == len(SMALL), "two specs share a hash"
+    first = (out / "__init__.py").read_text(encoding="utf-8").splitlines()[0]
+    assert first == f"# @generated by dbgen {VERSION} from specs. DO NOT EDIT."
+
+
+def test_spec_hash_follows_the_spec(work):
+    before = (work / "out" / "square.py").read_text(encoding="utf-8").splitlines()[1]
+    spec = work / "specs" / "square.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("doc: Square", "doc: The square"), encoding="utf-8")
+    assert dbgen("build", "specs", "-o", "out", cwd=work).returncode == 0
+    after = (work / "out" / "square.py").read_text(encoding="utf-8").splitlines()[1]
+    assert before != after
+
+
+def test_init_imports_every_function(built):
+    code = (
+        "import torch, out\n"
+        f"names = {sorted(SMALL)!r}\n"
+        "assert sorted(out.__all__) == names, out.__all__\n"
+        "for name in names:\n"
+        "    assert callable(getattr(out, name)), name\n"
+        "x = torch.tensor([1.5, -2.0], dtype=torch.float64)\n"
+        "assert torch.equal(out.square(x), x * x)\n"
+        "torch.testing.assert_close(out.exp(x), torch.exp(x))\n"
+        "print('ok')\n"
+    )
+    result = python(code, cwd=built)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_each_module_stands_alone(built):
+    out = built / "out"
+    for name in SMALL:
+        source = (out / f"{name}.py").read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{name}.py: relative import"
+                roots = {node.module.split(".")[0]}
+            elif isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            else:
+                continue
+            assert not roots & {"codegen", "dbgen", "out"}, f"{name}.py imports {roots}"
+    orders = {name: yaml.safe_load((built / "specs" / f"{name}.yaml").read_text())["order"] for name in SMALL}
+    # each file loaded by path from another folder, on its own: no package, no dbgen
+    code = (
+        "import importlib.util, sys, torch\n"
+        f"for name, order in {orders!r}.items():\n"
+        f"    spec = importlib.util.spec_from_file_location('m_' + name, {str(out)!r} + '/' + name + '.py')\n"
+        "    module = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(module)\n"
+        "    assert module.ORDER == order, (name, module.ORDER)\n"
+        f"    assert module.STRATEGY in {sorted(CONCRETE_STRATEGIES)!r}, (name, module.STRATEGY)\n"
+        "    assert callable(getattr(module, name))\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('codegen', 'dbgen')], 'dbgen was imported'\n"
+        "print('ok')\n"
+    )
+    result = python(code, cwd=built.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_default_output_folder_is_generated(specs_only):
+    result = dbgen("build", "specs", cwd=specs_only)
+    assert result.returncode == 0, result.stderr
+    assert files_under(specs_only / "generated") == expected_files(SMALL)
+    assert dbgen("check", "specs", cwd=specs_only).returncode == 0
+
+
+def test_single_spec_file(specs_only):
+    result = dbgen("build", "specs/square.yaml", "-o", "out", cwd=specs_only)
+    assert result.returncode == 0, result.stderr
+    assert files_under(specs_only / "out") == expected_files(["square"])
+    for rel in ("square.py", "tests/test_square.py", "__init__.py"):
+        first = (specs_only / "out" / rel).read_text(encoding="utf-8").splitlines()[0]
+        assert first == f"# @generated by dbgen {VERSION} from specs/square.yaml. DO NOT EDIT."
+    assert dbgen("check", "specs/square.yaml", "-o", "out", cwd=specs_only).returncode == 0
+
+
+def test_nested_folders_and_both_suffixes(tmp_path):
+    nested = tmp_path / "specs" / "a" / "b"
+    nested.mkdir(parents=True)
+    shutil.copy(EXAMPLES / "square.yaml", tmp_path / "specs" / "square.yaml")
+    shutil.copy(EXAMPLES / "cube.yaml", nested / "cube.yml")
+    (nested / "notes.txt").write_text("name: not_a_spec\n")
+    result = dbgen("build", "specs", "-o", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert files_under(tmp_path / "out") == expected_files(["square", "cube"])
+    first = (tmp_path / "out" / "cube.py").read_text(encoding="utf-8").splitlines()[0]
+    assert first == f"# @generated by dbgen {VERSION} from specs/a/b/cube.yml. DO NOT EDIT."
+
+
+def test_rebuild_without_changes_writes_nothing(work):
+    out = work / "out"
+    for path in out.rglob("*"):
+        os.utime(path, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    before = snapshot(out)
+    result = dbgen("build", "specs", "-o", "out", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert "(0 file(s) written" in result.stdout
+    assert snapshot(out) == before
+
+
+def test_rebuild_rewrites_only_what_changed(work):
+    out = work / "out"
+    for path in out.rglob("*"):
+        os.utime(path, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    before = snapshot(out)
+    spec = work / "specs" / "exp.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("doc: ", "doc: Changed. "), encoding="utf-8")
+    assert dbgen("build", "specs", "-o", "out", cwd=work).returncode == 0
+    after = snapshot(out)
+    changed = {rel for rel in before if before[rel] != after[rel]}
+    assert changed == {"exp.py", "tests/test_exp.py", "__init__.py"}
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+def test_written_files_get_ordinary_permissions(specs_only):
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only, umask=0o022).returncode == 0
+    out = specs_only / "out"
+    for rel in expected_files(SMALL):
+        assert stat.S_IMODE((out / rel).stat().st_mode) == 0o644, rel
+    # a rewrite keeps the mode the file had
+    os.chmod(out / "exp.py", 0o640)
+    (out / "exp.py").write_text((out / "exp.py").read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only, umask=0o022).returncode == 0
+    assert stat.S_IMODE((out / "exp.py").stat().st_mode) == 0o640
+    assert "# edited" not in (out / "exp.py").read_text(encoding="utf-8")
+
+
+def test_build_refuses_to_overwrite_a_file_it_did_not_write(specs_only):
+    out = specs_only / "out"
+    out.mkdir()
+    (out / "square.py").write_text("def square(x):\n    return x * x\n")
+    before = snapshot(specs_only)
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 2
+    assert stderr_lines_with(result, "out/square.py", "not written by dbgen")
+    assert snapshot(specs_only) == before, "a refused build wrote something"
+
+
+def test_build_with_a_bad_spec_writes_nothing(specs_only):
+    (specs_only / "specs" / "bad.yaml").write_text("name: bad\nexpr: x^2\ninputs: [x]\norder: 2\n")
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 2
+    assert any(line.startswith("specs/bad.yaml:") for line in result.stderr.splitlines()), result.stderr
+    assert not (specs_only / "out").exists()
+
+
+def test_prune_removes_orphans_only(work):
+    out = work / "out"
+    (out / "handwritten.py").write_text("# not generated\nVALUE = 1\n")
+    (out / "tests" / "test_handwritten.py").write_text("def test_value():\n    pass\n")
+    (work / "specs" / "cube.yaml").unlink()
+
+    kept = dbgen("build", "specs", "-o", "out", cwd=work)
+    assert kept.returncode == 0, kept.stderr
+    assert (out / "cube.py").exists() and (out / "tests" / "test_cube.py").exists()
+    assert stderr_lines_with(kept, "out/cube.py", "orphaned") and "--prune" in kept.stderr
+
+    pruned = dbgen("build", "specs", "--prune", "-o", "out", cwd=work)
+    assert pruned.returncode == 0, pruned.stderr
+    assert not (out / "cube.py").exists() and not (out / "tests" / "test_cube.py").exists()
+    assert (out / "handwritten.py").read_text() == "# not generated\nVALUE = 1\n"
+    assert (out / "tests" / "test_handwritten.py").exists()
+    remaining = [n for n in SMALL if n != "cube"]
+    assert files_under(out) == expected_files(remaining) | {"handwritten.py", "tests/test_handwritten.py"}
+    assert dbgen("check", "specs", "-o", "out", cwd=work).returncode == 0
+
+
+# --- check -----------------------------------------------------------------------------------------
+
+
+def test_check_passes_after_build_and_writes_nothing(work):
+    before = snapshot(work)
+    result = dbgen("check", "specs", "-o", "out", cwd=work)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(work) == before
+
+
+def test_check_lists_stale_missing_and_orphaned_files(work):
+    out = work / "out"
+    with open(out / "exp.py", "a", encoding="utf-8") as handle:
+        handle.write("# hand edit\n")
+    (out / "tests" / "test_sinh.py").unlink()
+    (work / "specs" / "cube.yaml").unlink()
+    before = snapshot(work)
+
+    result = dbgen("check", "specs", "-o", "out", cwd=work)
+    assert result.returncode == 1
+    assert stderr_lines_with(result, "out/exp.py", "stale"), result.stderr
+    assert stderr_lines_with(result, "out/__init__.py", "stale"), result.stderr  # cube left the package
+    assert stderr_lines_with(result, "out/tests/test_sinh.py", "missing"), result.stderr
+    assert stderr_lines_with(result, "out/cube.py", "orphaned"), result.stderr
+    assert stderr_lines_with(result, "out/tests/test_cube.py", "orphaned"), result.stderr
+    for fine in ("out/square.py", "out/tests/test_exp.py", "out/sinh.py"):
+        assert not [line for line in result.stderr.splitlines() if line.startswith(fine + ":")], fine
+    assert snapshot(work) == before, "check wrote something"
+
+
+def test_check_sees_a_changed_spec(work):
+    spec = work / "specs" / "sinh.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("order: 2", "order: 3"), encoding="utf-8")
+    result = dbgen("check", "specs", "-o", "out", cwd=work)
+    assert result.returncode == 1
+    assert stderr_lines_with(result, "out/sinh.py", "stale"), result.stderr
+    assert stderr_lines_with(result, "out/tests/test_sinh.py", "stale"), result.stderr
+
+
+def test_check_with_fuse_compares_with_a_fused_build(specs_only):
+    assert dbgen("build", "specs", "--fuse", "-o", "out", cwd=specs_only).returncode == 0
+    assert dbgen("check", "specs", "--fuse", "-o", "out", cwd=specs_only).returncode == 0
+    assert dbgen("check", "specs", "-o", "out", cwd=specs_only).returncode == 1
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["build", "check"])
+def test_missing_specs_path(tmp_path, command):
+    result = dbgen(command, "nowhere", "-o", "out", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nowhere" in lines[0] and "no such" in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "check"])
+def test_folder_without_specs(tmp_path, command):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("no specs here\n")
+    result = dbgen(command, "empty", "-o", "out", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "empty" in lines[0] and "spec" in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_output_that_is_a_file(specs_only):
+    (specs_only / "out").write_text("a file\n")
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "out" in lines[0], result.stderr
+    assert (specs_only / "out").read_text() == "a file\n"
+
+
+@pytest.mark.parametrize("debug", [None, "0"])
+def test_internal_error_has_no_traceback(tmp_path, debug):
+    code = (
+        "import sys\n"
+        "import codegen.cli, codegen.pipeline\n"
+        "def boom(*args, **kwargs):\n"
+        "    raise RuntimeError('simulated bug')\n"
+        "codegen.pipeline.generate = boom\n"
+        "sys.argv = ['dbgen', 'build', 'specs']\n"
+        "codegen.cli.run()\n"
+    )
+    env = _env({"DBGEN_DEBUG": debug} if debug is not None else None)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert "Traceback" not in result.stderr
+    assert "internal error" in result.stderr and "simulated bug" in result.stderr
+
+
+# --- the generated tests ---------------------------------------------------------------------------
+
+
+def test_generated_tests_pass(work):
+    (work / "pytest.ini").write_text("[pytest]\n")  # keep any outer configuration out
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "out/tests"],
+        cwd=work,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.search(r"\b\d+ passed\b", result.stdout) and " failed" not in result.stdout

@@ -1,0 +1,95 @@
+"""Output is byte-identical for the same specs and dbgen version, whatever PYTHONHASHSEED, working
+directory, form of the SPECS argument or order in which the spec files were created; and the
+checked-in generated/ is what the checked-in specs/ build to."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "specs"
+
+
+def _spec_files() -> list[Path]:
+    return sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def _place_specs(specs_dir: Path, reverse: bool) -> None:
+    """Copy the examples keeping their relative paths, in sorted or reverse order, with mtimes that
+    rise in the order of creation (so that any order by time differs between the two layouts)."""
+    files = _spec_files()
+    if reverse:
+        files = files[::-1]
+    for index, source in enumerate(files):
+        target = specs_dir / source.relative_to(EXAMPLES)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        stamp = 1_600_000_000 + 1000 * index
+        os.utime(target, (stamp, stamp))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DBGEN_DEBUG", "PYTHONHASHSEED")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(extra)
+    return env
+
+
+def test_output_is_byte_identical_across_runs(tmp_path):
+    runs = {
+        # name: (working directory, reverse creation order, SPECS and OUT arguments, environment)
+        "seed0": (tmp_path / "A", False, ("specs", "out"), _env(PYTHONHASHSEED="0")),
+        "seed12345": (tmp_path / "B", False, ("specs", "out"), _env(PYTHONHASHSEED="12345")),
+        # elsewhere, deeper, files created in reverse order, absolute arguments, C locale
+        "elsewhere": (tmp_path / "C" / "deeper" / "work", True, None, _env(PYTHONHASHSEED="4242", LC_ALL="C")),
+    }
+    processes = {}
+    for name, (cwd, reverse, args, env) in runs.items():
+        cwd.mkdir(parents=True)
+        _place_specs(cwd / "specs", reverse)
+        if args is None:
+            args = (str(cwd / "specs"), str(cwd / "out"))
+        processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "codegen", "build", args[0], "-o", args[1]],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    trees = {}
+    for name, process in processes.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name}: {stderr}"
+        trees[name] = _tree(runs[name][0] / "out")
+
+    reference = trees["seed0"]
+    names = sorted(p.stem for p in _spec_files())
+    assert len(reference) == 2 * len(names) + 1, sorted(reference)
+    for name, tree in trees.items():
+        assert sorted(tree) == sorted(reference), name
+        different = [rel for rel in reference if tree[rel] != reference[rel]]
+        assert not different, f"{name}: differs from seed0 in {different}"
+
+
+def test_checked_in_output_is_up_to_date():
+    """`dbgen check specs/` passes in the repository: generated/ is what specs/ build to."""
+    result = subprocess.run(
+        [sys.executable, "-m", "codegen", "check", "specs/"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, (
+        f"generated/ is stale; run: dbgen build specs/ -o generated\n{result.stdout}{result.stderr}"
+    )
