@@ -57,6 +57,9 @@ class FunctionPlan:
     cotangents: tuple[str, ...]
     backward: Block | None
     next_level: str | None
+    tangents: tuple[str, ...]
+    jvp: Block
+    saved_for_forward: tuple[str, ...]
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -169,6 +172,8 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
     backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)], taken=local.taken)
+    exact = strategy != "save_outputs"
+    tangents, jvp_block, saved_for_forward = _forward_mode(results, inputs, namer, known, exact)
     return FunctionPlan(
         class_name=camel,
         summary=_SUMMARIES[strategy],
@@ -178,7 +183,24 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
         cotangents=cotangents,
         backward=backward,
         next_level=None,
+        tangents=tangents,
+        jvp=jvp_block,
+        saved_for_forward=saved_for_forward,
     )
+
+
+def _forward_mode(results: list[Result], inputs, namer: Namer, known, exact: bool):
+    """Tangent names, the jvp block (output tangents, in terms of saved values) and what it saves."""
+    local = Namer(namer.taken)
+    tangents = tuple(local.fresh(f"tangent_{x}") for x in inputs)
+    products = symbolic.jvp([r.expr for r in results], list(inputs), _symbols(tangents))
+    products = [symbolic.in_terms_of(p, known, exact=exact) for p in products]
+    names = [local.fresh(f"tangent_{r.name}") for r in results]
+    used = set().union(*(p.free_symbols for p in products))
+    candidates = (*(str(x) for x in inputs), *(r.name for r in results))
+    saved = tuple(name for name in candidates if _symbol(name) in used)
+    block = _block([Result(n, p, grad_of=tangents[0]) for n, p in zip(names, products)], taken=local.taken)
+    return tangents, block, saved
 
 
 def _intermediates(expr: sympy.Expr, inputs) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
@@ -213,6 +235,7 @@ def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...
         products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
         gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
         last = level == order - 1
+        tangents, jvp_block, saved_for_forward = _forward_mode(results, _symbols(names), namer, [], True)
         functions.append(
             FunctionPlan(
                 class_name=class_names[level],
@@ -223,6 +246,9 @@ def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...
                 cotangents=cotangents,
                 backward=_block(gradients, taken=local.taken) if last else None,
                 next_level=None if last else class_names[level + 1],
+                tangents=tangents,
+                jvp=jvp_block,
+                saved_for_forward=saved_for_forward,
             )
         )
         names = [*cotangents, *names]

@@ -16,6 +16,7 @@ from .plan import Block, FunctionPlan, ModulePlan, Result
 from .printer import TorchPrinter
 
 MAX_DOC_FORMULA = 300
+COMPILE_SUFFIX = "ForCompile"
 
 
 def template_dir() -> Path:
@@ -61,10 +62,16 @@ class FunctionView:
     output_unpack: str | None
     saved: str
     saved_unpack: str
+    compile_name: str
     ctx_lines: tuple[str, ...]
     cotangents: str
     backward_lines: tuple[str, ...]
     backward_return: str
+    saved_for_forward: str
+    saved_for_forward_unpack: str
+    jvp_args: str
+    jvp_lines: tuple[str, ...]
+    jvp_return: str
 
 
 def render_module(plan: ModulePlan) -> str:
@@ -85,7 +92,9 @@ def render_module(plan: ModulePlan) -> str:
         helpers=helpers,
         functions=views,
         signature=_signature(spec),
-        call=f"{plan.entry.class_name}.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
+        choice=_compile_choice(plan.entry.class_name),
+        call=f"function.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
+        compile_suffix=COMPILE_SUFFIX,
         broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
         returns_first_only=plan.returns_first_only,
     )
@@ -160,10 +169,27 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
         ctx_lines=tuple(f"ctx.{name} = {name}" for name in params),
+        compile_name=fn.class_name + COMPILE_SUFFIX,
         cotangents=", ".join(fn.cotangents),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
+        **_jvp_fields(fn, params, printers),
     )
+
+
+def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
+    printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward])
+    printers.append(printer)
+    lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.jvp)]
+    lines += _block_lines(fn.jvp, printer, in_scope=(*fn.tangents, *fn.saved_for_forward), anchor=fn.tangents[0],
+                          forward=False)
+    return {
+        "saved_for_forward": ", ".join(fn.saved_for_forward),
+        "saved_for_forward_unpack": _unpack(fn.saved_for_forward) if fn.saved_for_forward else "",
+        "jvp_args": ", ".join([*fn.tangents, *(f"_{name}" for name in params)]),
+        "jvp_lines": tuple(lines),
+        "jvp_return": ", ".join(r.name for r in fn.jvp.results),
+    }
 
 
 def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
@@ -173,7 +199,8 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     if fn.next_level is not None:
         nxt = plan.functions[[f.class_name for f in plan.functions].index(fn.next_level)]
         args = ", ".join([*nxt.inputs, *(f"ctx.{name}" for name in params)])
-        call = f"{fn.next_level}.apply({args})"
+        lines.append(f"level = {_compile_choice(fn.next_level)}")
+        call = f"level.apply({args})"
         if not params:
             return lines, call
         unpack = _unpack(nxt.outputs) if len(nxt.outputs) > 1 else nxt.outputs[0]
@@ -185,6 +212,11 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         fn.backward, printer, in_scope=(*fn.cotangents, *fn.saved), anchor=fn.cotangents[0], forward=False
     )
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
+
+
+def _compile_choice(class_name: str) -> str:
+    """The class to apply: the jvp-less twin while torch.compile traces (Dynamo refuses custom jvp)."""
+    return f"{class_name}{COMPILE_SUFFIX} if torch.compiler.is_compiling() else {class_name}"
 
 
 def _used_names(block: Block | None) -> set[str]:

@@ -25,6 +25,14 @@ def vjp(outputs: list[sympy.Expr], cotangents: list[sympy.Symbol], wrt: list[sym
     ]
 
 
+def jvp(outputs: list[sympy.Expr], inputs: list[sympy.Symbol], tangents: list[sympy.Symbol]) -> list[sympy.Expr]:
+    """For each output: sum_i d(output)/d(input_i) * tangent_i (the forward-mode derivative)."""
+    return [
+        clean(sympy.Add(*(t * sympy.diff(out, v) for v, t in zip(inputs, tangents))))
+        for out in outputs
+    ]
+
+
 def partial_derivatives(expr: sympy.Expr, inputs: tuple[sympy.Symbol, ...], order: int, limit: int):
     """(multi-index, derivative) pairs in order of total degree, at most ``limit`` of them.
 

@@ -31,8 +31,14 @@ def _broadcast(*tensors):
     return tuple(tensor if tensor.shape == shape else tensor.expand(shape) for tensor in tensors)
 
 
-class Atan2(torch.autograd.Function):
-    """Saves its inputs; backward computes the first derivative in differentiable torch ops."""
+class Atan2ForCompile(torch.autograd.Function):
+    """Saves its inputs; backward computes the first derivative in differentiable torch ops.
+
+    torch.compile traces this class; Atan2 below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(y, x):
@@ -43,6 +49,7 @@ class Atan2(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         y, x = inputs
         ctx.save_for_backward(y, x)
+        ctx.save_for_forward(y, x)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -53,6 +60,17 @@ class Atan2(torch.autograd.Function):
         return grad_y, grad_x
 
 
+class Atan2(Atan2ForCompile):
+    """Atan2ForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_y, tangent_x):
+        y, x = ctx.saved_tensors
+        t0 = 1/(x**2 + y**2)
+        tangent_out = -t0*tangent_x*y + t0*tangent_y*x
+        return tangent_out
+
+
 def atan2(y, x):
     """Two-argument arctangent (angle of the point (x, y)).
 
@@ -61,4 +79,5 @@ def atan2(y, x):
     up to order 2.
     """
     y, x = _broadcast(y, x)
-    return Atan2.apply(y, x)
+    function = Atan2ForCompile if torch.compiler.is_compiling() else Atan2
+    return function.apply(y, x)

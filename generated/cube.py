@@ -19,8 +19,14 @@ ORDER = 3
 STRATEGY = "nested"
 
 
-class Cube(torch.autograd.Function):
-    """Forward value; backward applies the next level (the tutorial's nested pattern)."""
+class CubeForCompile(torch.autograd.Function):
+    """Forward value; backward applies the next level (the tutorial's nested pattern).
+
+    torch.compile traces this class; Cube below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -31,15 +37,33 @@ class Cube(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        return CubeBackward.apply(grad_out, x)
+        level = CubeBackwardForCompile if torch.compiler.is_compiling() else CubeBackward
+        return level.apply(grad_out, x)
 
 
-class CubeBackward(torch.autograd.Function):
-    """Level 1: the vector-Jacobian product of level 0, with explicit symbolic formulas."""
+class Cube(CubeForCompile):
+    """CubeForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        (x,) = ctx.saved_tensors
+        tangent_out = 3*tangent_x*x**2
+        return tangent_out
+
+
+class CubeBackwardForCompile(torch.autograd.Function):
+    """Level 1: the vector-Jacobian product of level 0, with explicit symbolic formulas.
+
+    torch.compile traces this class; CubeBackward below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(grad_out, x):
@@ -50,15 +74,33 @@ class CubeBackward(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         grad_out, x = inputs
         ctx.save_for_backward(grad_out, x)
+        ctx.save_for_forward(grad_out, x)
 
     @staticmethod
     def backward(ctx, grad2_x):
         grad_out, x = ctx.saved_tensors
-        return CubeBackward2.apply(grad2_x, grad_out, x)
+        level = CubeBackward2ForCompile if torch.compiler.is_compiling() else CubeBackward2
+        return level.apply(grad2_x, grad_out, x)
 
 
-class CubeBackward2(torch.autograd.Function):
-    """Level 2: the vector-Jacobian product of level 1, with explicit symbolic formulas."""
+class CubeBackward(CubeBackwardForCompile):
+    """CubeBackwardForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_grad_out, tangent_x):
+        grad_out, x = ctx.saved_tensors
+        tangent_grad_x = 6*grad_out*tangent_x*x + 3*tangent_grad_out*x**2
+        return tangent_grad_x
+
+
+class CubeBackward2ForCompile(torch.autograd.Function):
+    """Level 2: the vector-Jacobian product of level 1, with explicit symbolic formulas.
+
+    torch.compile traces this class; CubeBackward2 below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(grad2_x, grad_out, x):
@@ -70,6 +112,7 @@ class CubeBackward2(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         grad2_x, grad_out, x = inputs
         ctx.save_for_backward(grad2_x, grad_out, x)
+        ctx.save_for_forward(grad2_x, grad_out, x)
 
     @staticmethod
     def backward(ctx, grad3_grad_out, grad3_x):
@@ -82,6 +125,19 @@ class CubeBackward2(torch.autograd.Function):
         return grad_grad2_x, grad_grad_out, grad_x
 
 
+class CubeBackward2(CubeBackward2ForCompile):
+    """CubeBackward2ForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_grad2_x, tangent_grad_out, tangent_x):
+        grad2_x, grad_out, x = ctx.saved_tensors
+        t0 = 6*x
+        t1 = grad2_x*tangent_x
+        tangent_grad_grad_out = t0*t1 + 3*tangent_grad2_x*x**2
+        tangent_grad_x = grad2_x*t0*tangent_grad_out + grad_out*t0*tangent_grad2_x + 6*grad_out*t1
+        return tangent_grad_grad_out, tangent_grad_x
+
+
 def cube(x):
     """Cube, the tutorial's nested-backward pattern.
 
@@ -89,4 +145,5 @@ def cube(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
-    return Cube.apply(x)
+    function = CubeForCompile if torch.compiler.is_compiling() else Cube
+    return function.apply(x)

@@ -19,8 +19,14 @@ ORDER = 3
 STRATEGY = "save_outputs"
 
 
-class Exp(torch.autograd.Function):
-    """Saves its output; backward writes the first derivative in terms of the output."""
+class ExpForCompile(torch.autograd.Function):
+    """Saves its output; backward writes the first derivative in terms of the output.
+
+    torch.compile traces this class; Exp below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -32,12 +38,23 @@ class Exp(torch.autograd.Function):
         (x,) = inputs
         out = output
         ctx.save_for_backward(out)
+        ctx.save_for_forward(out)
 
     @staticmethod
     def backward(ctx, grad_out):
         (out,) = ctx.saved_tensors
         grad_x = grad_out*out
         return grad_x
+
+
+class Exp(ExpForCompile):
+    """ExpForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        (out,) = ctx.saved_tensors
+        tangent_out = out*tangent_x
+        return tangent_out
 
 
 def exp(x):
@@ -47,4 +64,5 @@ def exp(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
-    return Exp.apply(x)
+    function = ExpForCompile if torch.compiler.is_compiling() else Exp
+    return function.apply(x)

@@ -35,8 +35,14 @@ def _broadcast(*tensors):
     return tuple(tensor if tensor.shape == shape else tensor.expand(shape) for tensor in tensors)
 
 
-class GaussianRbf(torch.autograd.Function):
-    """Saves its output; backward writes the first derivative in terms of the output."""
+class GaussianRbfForCompile(torch.autograd.Function):
+    """Saves its output; backward writes the first derivative in terms of the output.
+
+    torch.compile traces this class; GaussianRbf below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x, y, gamma):
@@ -48,6 +54,7 @@ class GaussianRbf(torch.autograd.Function):
         x, y, gamma = inputs
         out = output
         ctx.save_for_backward(x, y, out)
+        ctx.save_for_forward(x, y, out)
         ctx.gamma = gamma
 
     @staticmethod
@@ -61,6 +68,19 @@ class GaussianRbf(torch.autograd.Function):
         return grad_x, grad_y, None
 
 
+class GaussianRbf(GaussianRbfForCompile):
+    """GaussianRbfForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x, tangent_y, _gamma):
+        x, y, out = ctx.saved_tensors
+        gamma = ctx.gamma
+        t0 = 2*x - 2*y
+        t1 = gamma*out
+        tangent_out = -t0*t1*tangent_x + t0*t1*tangent_y
+        return tangent_out
+
+
 def gaussian_rbf(x, y, *, gamma=0.5):
     """Gaussian radial basis function kernel of x and y.
 
@@ -69,4 +89,5 @@ def gaussian_rbf(x, y, *, gamma=0.5):
     up to order 3.
     """
     x, y = _broadcast(x, y)
-    return GaussianRbf.apply(x, y, gamma)
+    function = GaussianRbfForCompile if torch.compiler.is_compiling() else GaussianRbf
+    return function.apply(x, y, gamma)

@@ -21,8 +21,14 @@ ORDER = 3
 STRATEGY = "intermediates"
 
 
-class GeluTanh(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class GeluTanhForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; GeluTanh below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -35,6 +41,7 @@ class GeluTanh(torch.autograd.Function):
         (x,) = inputs
         out, t = output
         ctx.save_for_backward(x, t)
+        ctx.save_for_forward(x, t)
 
     @staticmethod
     def backward(ctx, grad_out, grad_t):
@@ -44,6 +51,18 @@ class GeluTanh(torch.autograd.Function):
         return grad_x
 
 
+class GeluTanh(GeluTanhForCompile):
+    """GeluTanhForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        x, t = ctx.saved_tensors
+        t0 = math.sqrt(2)*(1 - t**2)*(0.134145*x**2 + 1)/math.sqrt(math.pi)
+        tangent_out = tangent_x*(0.5*t + 0.5*t0*x + 0.5)
+        tangent_t = t0*tangent_x
+        return tangent_out, tangent_t
+
+
 def gelu_tanh(x):
     """GELU, tanh approximation.
 
@@ -51,4 +70,5 @@ def gelu_tanh(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
-    return GeluTanh.apply(x)[0]
+    function = GeluTanhForCompile if torch.compiler.is_compiling() else GeluTanh
+    return function.apply(x)[0]

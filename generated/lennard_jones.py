@@ -20,8 +20,14 @@ ORDER = 4
 STRATEGY = "save_inputs"
 
 
-class LennardJones(torch.autograd.Function):
-    """Saves its inputs; backward computes the first derivative in differentiable torch ops."""
+class LennardJonesForCompile(torch.autograd.Function):
+    """Saves its inputs; backward computes the first derivative in differentiable torch ops.
+
+    torch.compile traces this class; LennardJones below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(r, epsilon, sigma):
@@ -32,6 +38,7 @@ class LennardJones(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         r, epsilon, sigma = inputs
         ctx.save_for_backward(r)
+        ctx.save_for_forward(r)
         ctx.epsilon = epsilon
         ctx.sigma = sigma
 
@@ -44,6 +51,18 @@ class LennardJones(torch.autograd.Function):
         return grad_r, None, None
 
 
+class LennardJones(LennardJonesForCompile):
+    """LennardJonesForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_r, _epsilon, _sigma):
+        (r,) = ctx.saved_tensors
+        epsilon = ctx.epsilon
+        sigma = ctx.sigma
+        tangent_out = 4*epsilon*tangent_r*(6*sigma**6/r**7 - 12*sigma**12/r**13)
+        return tangent_out
+
+
 def lennard_jones(r, *, epsilon=1.0, sigma=1.0):
     """Lennard-Jones pair potential of the distance r.
 
@@ -51,4 +70,5 @@ def lennard_jones(r, *, epsilon=1.0, sigma=1.0):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 4.
     """
-    return LennardJones.apply(r, epsilon, sigma)
+    function = LennardJonesForCompile if torch.compiler.is_compiling() else LennardJones
+    return function.apply(r, epsilon, sigma)

@@ -20,8 +20,14 @@ ORDER = 4
 STRATEGY = "intermediates"
 
 
-class LogCosh(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class LogCoshForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; LogCosh below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -34,6 +40,7 @@ class LogCosh(torch.autograd.Function):
         (x,) = inputs
         out, cosh_x = output
         ctx.save_for_backward(x, cosh_x)
+        ctx.save_for_forward(x, cosh_x)
 
     @staticmethod
     def backward(ctx, grad_out, grad_cosh_x):
@@ -43,6 +50,18 @@ class LogCosh(torch.autograd.Function):
         return grad_x
 
 
+class LogCosh(LogCoshForCompile):
+    """LogCoshForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        x, cosh_x = ctx.saved_tensors
+        t0 = tangent_x*torch.sinh(x)
+        tangent_out = t0/cosh_x
+        tangent_cosh_x = t0
+        return tangent_out, tangent_cosh_x
+
+
 def log_cosh(x):
     """Log-cosh loss of a residual x.
 
@@ -50,4 +69,5 @@ def log_cosh(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 4.
     """
-    return LogCosh.apply(x)[0]
+    function = LogCoshForCompile if torch.compiler.is_compiling() else LogCosh
+    return function.apply(x)[0]

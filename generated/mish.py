@@ -19,8 +19,14 @@ ORDER = 3
 STRATEGY = "intermediates"
 
 
-class Mish(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class MishForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; Mish below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -33,6 +39,7 @@ class Mish(torch.autograd.Function):
         (x,) = inputs
         out, tanh_softplus_x = output
         ctx.save_for_backward(x, tanh_softplus_x)
+        ctx.save_for_forward(x, tanh_softplus_x)
 
     @staticmethod
     def backward(ctx, grad_out, grad_tanh_softplus_x):
@@ -42,6 +49,18 @@ class Mish(torch.autograd.Function):
         return grad_x
 
 
+class Mish(MishForCompile):
+    """MishForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        x, tanh_softplus_x = ctx.saved_tensors
+        t0 = (1 - tanh_softplus_x**2)*torch.sigmoid(x)
+        tangent_out = tangent_x*(t0*x + tanh_softplus_x)
+        tangent_tanh_softplus_x = t0*tangent_x
+        return tangent_out, tangent_tanh_softplus_x
+
+
 def mish(x):
     """Mish activation, x * tanh(softplus(x)).
 
@@ -49,4 +68,5 @@ def mish(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
-    return Mish.apply(x)[0]
+    function = MishForCompile if torch.compiler.is_compiling() else Mish
+    return function.apply(x)[0]

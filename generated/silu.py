@@ -20,8 +20,14 @@ ORDER = 4
 STRATEGY = "intermediates"
 
 
-class Silu(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class SiluForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; Silu below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -34,6 +40,7 @@ class Silu(torch.autograd.Function):
         (x,) = inputs
         out, sigmoid_x = output
         ctx.save_for_backward(x, sigmoid_x)
+        ctx.save_for_forward(x, sigmoid_x)
 
     @staticmethod
     def backward(ctx, grad_out, grad_sigmoid_x):
@@ -43,6 +50,18 @@ class Silu(torch.autograd.Function):
         return grad_x
 
 
+class Silu(SiluForCompile):
+    """SiluForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        x, sigmoid_x = ctx.saved_tensors
+        t0 = sigmoid_x*(1 - sigmoid_x)
+        tangent_out = tangent_x*(sigmoid_x + t0*x)
+        tangent_sigmoid_x = t0*tangent_x
+        return tangent_out, tangent_sigmoid_x
+
+
 def silu(x):
     """SiLU (swish), x * sigmoid(x).
 
@@ -50,4 +69,5 @@ def silu(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 4.
     """
-    return Silu.apply(x)[0]
+    function = SiluForCompile if torch.compiler.is_compiling() else Silu
+    return function.apply(x)[0]

@@ -18,8 +18,14 @@ ORDER = 2
 STRATEGY = "intermediates"
 
 
-class Sinh(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class SinhForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; Sinh below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -33,12 +39,25 @@ class Sinh(torch.autograd.Function):
         (x,) = inputs
         out, exp_x, exp_neg_x = output
         ctx.save_for_backward(exp_x, exp_neg_x)
+        ctx.save_for_forward(exp_x, exp_neg_x)
 
     @staticmethod
     def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):
         exp_x, exp_neg_x = ctx.saved_tensors
         grad_x = -exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_neg_x/2 + exp_x/2)
         return grad_x
+
+
+class Sinh(SinhForCompile):
+    """SinhForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        exp_x, exp_neg_x = ctx.saved_tensors
+        tangent_out = tangent_x*(exp_neg_x/2 + exp_x/2)
+        tangent_exp_x = exp_x*tangent_x
+        tangent_exp_neg_x = -exp_neg_x*tangent_x
+        return tangent_out, tangent_exp_x, tangent_exp_neg_x
 
 
 def sinh(x):
@@ -48,4 +67,5 @@ def sinh(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 2.
     """
-    return Sinh.apply(x)[0]
+    function = SinhForCompile if torch.compiler.is_compiling() else Sinh
+    return function.apply(x)[0]

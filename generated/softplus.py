@@ -19,8 +19,14 @@ ORDER = 3
 STRATEGY = "intermediates"
 
 
-class Softplus(torch.autograd.Function):
-    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them."""
+class SoftplusForCompile(torch.autograd.Function):
+    """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
+
+    torch.compile traces this class; Softplus below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x, beta):
@@ -33,6 +39,7 @@ class Softplus(torch.autograd.Function):
         x, beta = inputs
         out, t = output
         ctx.save_for_backward(t)
+        ctx.save_for_forward(t)
         ctx.beta = beta
 
     @staticmethod
@@ -43,6 +50,19 @@ class Softplus(torch.autograd.Function):
         return grad_x, None
 
 
+class Softplus(SoftplusForCompile):
+    """SoftplusForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x, _beta):
+        (t,) = ctx.saved_tensors
+        beta = ctx.beta
+        t0 = t*tangent_x
+        tangent_out = t0/(t + 1)
+        tangent_t = beta*t0
+        return tangent_out, tangent_t
+
+
 def softplus(x, *, beta=1.0):
     """Softplus with sharpness beta.
 
@@ -50,4 +70,5 @@ def softplus(x, *, beta=1.0):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 3.
     """
-    return Softplus.apply(x, beta)[0]
+    function = SoftplusForCompile if torch.compiler.is_compiling() else Softplus
+    return function.apply(x, beta)[0]

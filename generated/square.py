@@ -18,8 +18,14 @@ ORDER = 2
 STRATEGY = "save_inputs"
 
 
-class Square(torch.autograd.Function):
-    """Saves its inputs; backward computes the first derivative in differentiable torch ops."""
+class SquareForCompile(torch.autograd.Function):
+    """Saves its inputs; backward computes the first derivative in differentiable torch ops.
+
+    torch.compile traces this class; Square below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
 
     @staticmethod
     def forward(x):
@@ -30,12 +36,23 @@ class Square(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         (x,) = inputs
         ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
         grad_x = 2*grad_out*x
         return grad_x
+
+
+class Square(SquareForCompile):
+    """SquareForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_x):
+        (x,) = ctx.saved_tensors
+        tangent_out = 2*tangent_x*x
+        return tangent_out
 
 
 def square(x):
@@ -45,4 +62,5 @@ def square(x):
     Derivatives taken with torch.autograd.grad(..., create_graph=True) are exact formulas
     up to order 2.
     """
-    return Square.apply(x)
+    function = SquareForCompile if torch.compiler.is_compiling() else Square
+    return function.apply(x)

@@ -97,4 +97,5 @@ def test_installed_wheel_builds_from_another_folder(venv, tmp_path):
     editable = {p.relative_to(work / "editable").as_posix(): p.read_bytes() for p in (work / "editable").rglob("*") if p.is_file()}
     assert sorted(installed) == sorted(editable)
     assert [rel for rel in installed if installed[rel] != editable[rel]] == []
-    assert "__init__.py" in installed and len(installed) == 2 * len(list((REPO / "specs").glob("*.yaml"))) + 1
+    specs = [p for p in (REPO / "specs").rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
+    assert "__init__.py" in installed and len(installed) == 2 * len(specs) + 1

@@ -2,20 +2,25 @@
 # dbgen-version: 0.1.0  spec-sha256: 5abef551872be06ed281294b37c7fe8977e2dba5de4b8f50e3c885db435f92ed
 """Tests of gaussian_rbf.py against an independent reference: autograd through the composed expression.
 
-In float64 on inputs drawn from the spec's domain: the value, gradcheck, gradgradcheck and every
-derivative order up to ORDER (contracted with fixed random cotangents, so mixed partials count).
+In float64 on inputs drawn from the spec's domain: the value, gradcheck, gradgradcheck, every
+derivative order up to ORDER (contracted with fixed random cotangents, so mixed partials count),
+the torch.func transforms and forward-mode AD, and torch.compile (marked `compile`).
 """
 
 import functools
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 import torch
+import torch.autograd.forward_ad as forward_ad
+import torch.func
 
 _PATH = pathlib.Path(__file__).resolve().parent.parent / "gaussian_rbf.py"
 _SPEC = importlib.util.spec_from_file_location("dbgen_generated_gaussian_rbf", _PATH)
 generated = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = generated  # torch.compile looks Functions up by module name
 _SPEC.loader.exec_module(generated)
 
 ORDER = 3
@@ -98,3 +103,71 @@ def test_float32_keeps_dtype_and_shapes():
     for grads in chain[1:]:
         for grad, x in zip(grads, inputs):
             assert grad.shape == x.shape and grad.dtype == torch.float32
+
+
+def _generated(*inputs):
+    return generated.gaussian_rbf(*inputs, **PARAMS)
+
+
+def _composed(*inputs):
+    return composed(*inputs, **PARAMS)
+
+
+def _summed(fn):
+    return lambda *inputs: fn(*inputs).sum()
+
+
+ARGNUMS = tuple(range(len(DOMAIN)))
+TRANSFORMS = {
+    "grad": lambda f, xs, ts: torch.func.grad(_summed(f), argnums=ARGNUMS)(*xs),
+    "jacrev": lambda f, xs, ts: torch.func.jacrev(f, argnums=ARGNUMS)(*xs),
+    "jacfwd": lambda f, xs, ts: torch.func.jacfwd(f, argnums=ARGNUMS)(*xs),
+    "hessian": lambda f, xs, ts: torch.func.hessian(_summed(f), argnums=ARGNUMS)(*xs),
+    "jvp": lambda f, xs, ts: torch.func.jvp(f, tuple(xs), tuple(ts)),
+}
+
+
+def _point(seed):
+    inputs = [x.detach() for x in make_inputs(seed)]
+    generator = torch.Generator().manual_seed(seed)
+    tangents = [torch.randn(x.shape, generator=generator, dtype=x.dtype) for x in inputs]
+    return inputs, tangents
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_torch_func_transform_matches_composed(transform):
+    inputs, tangents = _point(30)
+    actual = TRANSFORMS[transform](_generated, inputs, tangents)
+    expected = TRANSFORMS[transform](_composed, inputs, tangents)
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_vmap_matches_composed():
+    batch = [torch.stack(pair) for pair in zip(_point(33)[0], _point(34)[0])]
+    actual = torch.func.vmap(_generated)(*batch)
+    expected = torch.func.vmap(_composed)(*batch)
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_forward_mode_dual_numbers_match_composed():
+    inputs, tangents = _point(31)
+    results = []
+    for fn in (_generated, _composed):
+        with forward_ad.dual_level():
+            out = fn(*(forward_ad.make_dual(x, t) for x, t in zip(inputs, tangents)))
+            primal, tangent = forward_ad.unpack_dual(out)
+            results.append((primal.clone(), tangent.clone()))
+    torch.testing.assert_close(results[0], results[1], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.compile
+def test_compile_fullgraph_forward_and_backward():
+    torch._dynamo.reset()
+    compiled = torch.compile(_generated, fullgraph=True, backend="aot_eager")
+    inputs = make_inputs(32)
+    out = compiled(*inputs)
+    grads = torch.autograd.grad(out.sum(), inputs, allow_unused=True, materialize_grads=True)
+    expected = _composed(*inputs)
+    expected_grads = torch.autograd.grad(expected.sum(), inputs, allow_unused=True, materialize_grads=True)
+    torch.testing.assert_close(out, expected, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(grads, expected_grads, rtol=RTOL, atol=ATOL)

@@ -2,20 +2,25 @@
 # dbgen-version: 0.1.0  spec-sha256: 82f06557b448f43e9587643842838bb20fad753ff6a67ec7fff65bf38b781132
 """Tests of sinh.py against an independent reference: autograd through the composed expression.
 
-In float64 on inputs drawn from the spec's domain: the value, gradcheck, gradgradcheck and every
-derivative order up to ORDER (contracted with fixed random cotangents, so mixed partials count).
+In float64 on inputs drawn from the spec's domain: the value, gradcheck, gradgradcheck, every
+derivative order up to ORDER (contracted with fixed random cotangents, so mixed partials count),
+the torch.func transforms and forward-mode AD, and torch.compile (marked `compile`).
 """
 
 import functools
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 import torch
+import torch.autograd.forward_ad as forward_ad
+import torch.func
 
 _PATH = pathlib.Path(__file__).resolve().parent.parent / "sinh.py"
 _SPEC = importlib.util.spec_from_file_location("dbgen_generated_sinh", _PATH)
 generated = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = generated  # torch.compile looks Functions up by module name
 _SPEC.loader.exec_module(generated)
 
 ORDER = 2
@@ -110,3 +115,71 @@ def test_matches_native(order):
     got, want = (actual[-1], expected[-1]) if order else ((actual[0],), (expected[0],))
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-8)
+
+
+def _generated(*inputs):
+    return generated.sinh(*inputs, **PARAMS)
+
+
+def _composed(*inputs):
+    return composed(*inputs, **PARAMS)
+
+
+def _summed(fn):
+    return lambda *inputs: fn(*inputs).sum()
+
+
+ARGNUMS = tuple(range(len(DOMAIN)))
+TRANSFORMS = {
+    "grad": lambda f, xs, ts: torch.func.grad(_summed(f), argnums=ARGNUMS)(*xs),
+    "jacrev": lambda f, xs, ts: torch.func.jacrev(f, argnums=ARGNUMS)(*xs),
+    "jacfwd": lambda f, xs, ts: torch.func.jacfwd(f, argnums=ARGNUMS)(*xs),
+    "hessian": lambda f, xs, ts: torch.func.hessian(_summed(f), argnums=ARGNUMS)(*xs),
+    "jvp": lambda f, xs, ts: torch.func.jvp(f, tuple(xs), tuple(ts)),
+}
+
+
+def _point(seed):
+    inputs = [x.detach() for x in make_inputs(seed)]
+    generator = torch.Generator().manual_seed(seed)
+    tangents = [torch.randn(x.shape, generator=generator, dtype=x.dtype) for x in inputs]
+    return inputs, tangents
+
+
+@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+def test_torch_func_transform_matches_composed(transform):
+    inputs, tangents = _point(30)
+    actual = TRANSFORMS[transform](_generated, inputs, tangents)
+    expected = TRANSFORMS[transform](_composed, inputs, tangents)
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_vmap_matches_composed():
+    batch = [torch.stack(pair) for pair in zip(_point(33)[0], _point(34)[0])]
+    actual = torch.func.vmap(_generated)(*batch)
+    expected = torch.func.vmap(_composed)(*batch)
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_forward_mode_dual_numbers_match_composed():
+    inputs, tangents = _point(31)
+    results = []
+    for fn in (_generated, _composed):
+        with forward_ad.dual_level():
+            out = fn(*(forward_ad.make_dual(x, t) for x, t in zip(inputs, tangents)))
+            primal, tangent = forward_ad.unpack_dual(out)
+            results.append((primal.clone(), tangent.clone()))
+    torch.testing.assert_close(results[0], results[1], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.compile
+def test_compile_fullgraph_forward_and_backward():
+    torch._dynamo.reset()
+    compiled = torch.compile(_generated, fullgraph=True, backend="aot_eager")
+    inputs = make_inputs(32)
+    out = compiled(*inputs)
+    grads = torch.autograd.grad(out.sum(), inputs, allow_unused=True, materialize_grads=True)
+    expected = _composed(*inputs)
+    expected_grads = torch.autograd.grad(expected.sum(), inputs, allow_unused=True, materialize_grads=True)
+    torch.testing.assert_close(out, expected, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(grads, expected_grads, rtol=RTOL, atol=ATOL)
