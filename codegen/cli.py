@@ -44,7 +44,6 @@ def main(
 def build(
     specs: Path = SPECS_ARG,
     output: Path = OUT_OPT,
-    fuse: bool = typer.Option(False, "--fuse", help="Set 'fuse: true' on every spec."),
     prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
 ) -> None:
     """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
@@ -53,7 +52,7 @@ def build(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, fuse=fuse))
+    files = _run(lambda: pipeline.generate(specs))
     _check_output_dir(output)
     _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
     written = _io(output, lambda: write.write_files(output, files))
@@ -79,7 +78,6 @@ def build(
 def check(
     specs: Path = SPECS_ARG,
     output: Path = OUT_OPT,
-    fuse: bool = typer.Option(False, "--fuse", help="Compare with what 'build --fuse' would write."),
 ) -> None:
     """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
 
@@ -87,14 +85,14 @@ def check(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, fuse=fuse))
+    files = _run(lambda: pipeline.generate(specs))
     report = write.stale_files(output, files)
     if not report:
         typer.echo(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
     for rel, state in report:
         typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
-    command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --fuse" if fuse else "")
+    command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}"
     if any(state == "orphaned" for _, state in report):
         command += " --prune"
     typer.echo(f"dbgen: {len(report)} file(s) differ; run: {command}", err=True)

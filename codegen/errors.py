@@ -14,7 +14,13 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}"
+        return _one_line(f"{self.path}:{self.line}: {self.message}")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other unprintable characters (from a spec's keys or values)
+    escaped, so that every problem is exactly one line of output."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 class SpecErrors(Exception):

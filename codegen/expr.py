@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import math
+import warnings
 
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
@@ -101,18 +102,22 @@ MAX_CONSTANT_BITS = 1000  # size of a number folded from number**number
 MAX_CONSTANT = 1e300
 
 _BINARY = {ast.Add: sympy.Add, ast.Sub: None, ast.Mult: sympy.Mul, ast.Div: None, ast.Pow: None}
+# Left-associative operators of one precedence: a chain of them (a + b - c + ...) is built as a
+# loop, so that a long flat sum counts as one level of nesting, not one per term.
+_CHAINS = ((ast.Add, ast.Sub), (ast.Mult, ast.Div))
+_LANGUAGE = "the language has numbers, inputs, params, pi, E, + - * / **, and calls such as exp(x)"
 _OPERATOR_TEXT = {
     ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
     ast.BitOr: "|", ast.BitAnd: "&",
 }
 _NODE_TEXT = {
-    ast.Attribute: "attribute access (a.b)", ast.Subscript: "subscripts (a[i])", ast.Lambda: "lambdas",
-    ast.Compare: "comparisons", ast.BoolOp: "'and'/'or'", ast.IfExp: "conditional expressions",
-    ast.List: "lists", ast.Tuple: "tuples", ast.Dict: "dicts", ast.Set: "sets",
-    ast.ListComp: "comprehensions", ast.SetComp: "comprehensions", ast.DictComp: "comprehensions",
-    ast.GeneratorExp: "generator expressions", ast.JoinedStr: "f-strings", ast.NamedExpr: "':='",
+    ast.Subscript: "a subscript (a[i])", ast.Lambda: "a lambda",
+    ast.Compare: "a comparison", ast.BoolOp: "'and'/'or'", ast.IfExp: "a conditional expression (a if c else b)",
+    ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
+    ast.ListComp: "a comprehension", ast.SetComp: "a comprehension", ast.DictComp: "a comprehension",
+    ast.GeneratorExp: "a generator expression", ast.JoinedStr: "an f-string", ast.NamedExpr: "':='",
     ast.Starred: "'*' unpacking", ast.Await: "'await'", ast.Yield: "'yield'", ast.YieldFrom: "'yield'",
-    ast.Slice: "slices",
+    ast.Slice: "a slice", ast.FormattedValue: "an f-string",
 }
 
 
@@ -122,12 +127,16 @@ def parse_expr(text: str, inputs: tuple[str, ...], params: tuple[str, ...]) -> s
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
     result = _Builder(symbols, inputs, params).build(tree.body)
     _check_result(result)
+    _check_constants(result)
     return result
 
 
 def _parse_bounded(text: str) -> ast.Expression:
     if len(text) > MAX_CHARS:
         raise ExprError(f"the expression is {len(text)} characters; at most {MAX_CHARS} are allowed")
+    control = next((ch for ch in text if (ord(ch) < 32 and ch not in "\t\n\r") or ord(ch) == 127), None)
+    if control is not None:
+        raise ExprError(f"the expression contains the control character {control!r}; remove it")
     depth = deepest = 0
     for ch in text:
         depth += ch in "([{"
@@ -136,10 +145,12 @@ def _parse_bounded(text: str) -> ast.Expression:
     if deepest > MAX_DEPTH:
         raise ExprError(f"parentheses are nested {deepest} deep; at most {MAX_DEPTH} are allowed")
     try:
-        tree = ast.parse(text, mode="eval")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a SyntaxWarning would reach the user's terminal
+            tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         where = f" at column {exc.offset}" if exc.offset else ""
-        hint = "; write '**' for powers" if "^" in text else ""
+        hint = "; write '**' for powers" if "^" in text else "; write one formula, such as x * exp(-x**2)"
         raise ExprError(f"syntax error{where}: {exc.msg}{hint}") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise ExprError(f"cannot parse the expression: {exc}") from None
@@ -156,7 +167,73 @@ def _check_result(result: sympy.Expr) -> None:
         raise ExprError("the expression has a complex value as written (e.g. sqrt of a negative constant)")
     for number in result.atoms(sympy.Number):
         if not _fits_float(number):
-            raise ExprError(f"the constant {sympy.sstr(number)[:40]} is too large")
+            raise ExprError(f"the constant {_short(number)} is too large; constants must be at most 1e300 in size")
+
+
+def _sigmoid(u: float) -> float:
+    return 1 / (1 + math.exp(-u)) if u >= 0 else math.exp(u) / (1 + math.exp(u))
+
+
+def _softplus(u: float) -> float:
+    return max(u, 0.0) + math.log1p(math.exp(-abs(u)))
+
+
+# The float meaning of each function, to check constant parts such as asin(2) or exp(1000).
+_FLOAT_FUNCTIONS = {
+    sympy.exp: math.exp, sympy.log: math.log, log1p: math.log1p, expm1: math.expm1, sympy.sin: math.sin,
+    sympy.cos: math.cos, sympy.tan: math.tan, sympy.asin: math.asin, sympy.acos: math.acos,
+    sympy.atan: math.atan, sympy.atan2: math.atan2, sympy.sinh: math.sinh, sympy.cosh: math.cosh,
+    sympy.tanh: math.tanh, sympy.asinh: math.asinh, sympy.acosh: math.acosh, sympy.atanh: math.atanh,
+    sympy.erf: math.erf, sympy.erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
+}
+
+
+class _NoFloatMeaning(Exception):
+    pass
+
+
+def _check_constants(expr: sympy.Expr) -> None:
+    """Every part without inputs or params must be a real float: asin(2) would be NaN and
+    exp(1000) infinite in the generated code. Evaluated in floats, so the work is bounded."""
+    if expr.free_symbols:
+        for arg in expr.args:
+            _check_constants(arg)
+        return
+    if expr.is_Number:
+        return
+    try:
+        value = _float_value(expr)
+    except _NoFloatMeaning:
+        return  # a SymPy form this check does not know: left to SymPy's own checks above
+    except (ValueError, ZeroDivisionError):
+        raise ExprError(f"the constant part {_short(expr)} has no real value; check the function's domain") from None
+    except OverflowError:
+        value = math.inf
+    if not math.isfinite(value) or abs(value) > MAX_CONSTANT:
+        raise ExprError(f"the constant part {_short(expr)} is too large for a float")
+
+
+def _float_value(expr: sympy.Expr) -> float:
+    if expr.is_Number or expr in (sympy.pi, sympy.E):
+        value = float(expr)
+    elif expr.is_Add:
+        value = math.fsum(_float_value(arg) for arg in expr.args)
+    elif expr.is_Mul:
+        value = math.prod(_float_value(arg) for arg in expr.args)
+    elif expr.is_Pow:
+        value = math.pow(_float_value(expr.base), _float_value(expr.exp))
+    elif expr.func in _FLOAT_FUNCTIONS:
+        value = _FLOAT_FUNCTIONS[expr.func](*(_float_value(arg) for arg in expr.args))
+    else:
+        raise _NoFloatMeaning(type(expr).__name__)
+    if not math.isfinite(value):
+        raise OverflowError
+    return value
+
+
+def _short(expr: sympy.Expr) -> str:
+    text = sympy.sstr(expr)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class _Builder:
@@ -175,7 +252,8 @@ class _Builder:
         try:
             method = getattr(self, f"_build_{type(node).__name__}", None)
             if method is None:
-                raise ExprError(f"{_NODE_TEXT.get(type(node), type(node).__name__)} are not allowed in expressions")
+                what = _NODE_TEXT.get(type(node), type(node).__name__)
+                raise ExprError(f"{what} is not allowed in an expression; {_LANGUAGE}")
             return method(node)
         finally:
             self.depth -= 1
@@ -192,7 +270,10 @@ class _Builder:
             return sympy.Float(value)
         if isinstance(value, complex):
             raise ExprError("complex numbers are not allowed; dbgen differentiates real functions")
-        raise ExprError("strings and bytes are not allowed in expressions")
+        raise ExprError(f"a string is not allowed in an expression; {_LANGUAGE}")
+
+    def _build_Attribute(self, node: ast.Attribute) -> sympy.Expr:
+        raise ExprError(f"attribute access ('.{node.attr}') is not allowed; call the language's functions by bare name, as in exp(x)")
 
     def _build_Name(self, node: ast.Name) -> sympy.Expr:
         name = node.id
@@ -203,8 +284,8 @@ class _Builder:
         if name in FUNCTIONS:
             raise ExprError(f"'{name}' is a function; call it, as in {name}(x)")
         known = [*self.inputs, *self.params, *CONSTANTS]
-        listing = f"inputs: {', '.join(self.inputs)}" + (f"; params: {', '.join(self.params)}" if self.params else "")
-        raise ExprError(f"undefined name '{name}'{_hint(name, known)}; the {listing}")
+        listing = f"the inputs are: {', '.join(self.inputs)}" + (f"; the params: {', '.join(self.params)}" if self.params else "")
+        raise ExprError(f"undefined name '{name}'{_hint(name, known)}; {listing} (add it to inputs or params)")
 
     def _build_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
         operand = self.build(node.operand)
@@ -216,19 +297,28 @@ class _Builder:
         raise ExprError(f"{op} is not allowed in expressions")
 
     def _build_BinOp(self, node: ast.BinOp) -> sympy.Expr:
-        if isinstance(node.op, ast.BitXor):
-            raise ExprError("'^' is not power in dbgen (it is XOR in Python); write '**', as in x**2")
-        if type(node.op) not in _BINARY:
-            text = _OPERATOR_TEXT.get(type(node.op), type(node.op).__name__)
-            raise ExprError(f"operator '{text}' is not in the language; use + - * / **")
-        left, right = self.build(node.left), self.build(node.right)
-        if isinstance(node.op, ast.Add):
+        group = next((ops for ops in _CHAINS if isinstance(node.op, ops)), None)
+        chain = []
+        while group and isinstance(node, ast.BinOp) and isinstance(node.op, group):
+            chain.append(node)
+            node = node.left
+        if not chain:
+            _check_operator(node.op)
+            return self._apply(node.op, self.build(node.left), self.build(node.right))
+        result = self.build(node)
+        for link in reversed(chain):
+            result = self._apply(link.op, result, self.build(link.right))
+        return result
+
+    @staticmethod
+    def _apply(op: ast.operator, left: sympy.Expr, right: sympy.Expr) -> sympy.Expr:
+        if isinstance(op, ast.Add):
             return left + right
-        if isinstance(node.op, ast.Sub):
+        if isinstance(op, ast.Sub):
             return left - right
-        if isinstance(node.op, ast.Mult):
+        if isinstance(op, ast.Mult):
             return left * right
-        if isinstance(node.op, ast.Div):
+        if isinstance(op, ast.Div):
             if right.is_zero:
                 raise ExprError("division by zero")
             return left / right
@@ -250,6 +340,14 @@ class _Builder:
             plural = "s" if arity != 1 else ""
             raise ExprError(f"{name}() takes {arity} argument{plural}, got {len(node.args)}")
         return function(*(self.build(arg) for arg in node.args))
+
+
+def _check_operator(op: ast.operator) -> None:
+    if isinstance(op, ast.BitXor):
+        raise ExprError("'^' is not power in dbgen (it is XOR in Python); write '**', as in x**2")
+    if type(op) not in _BINARY:
+        text = _OPERATOR_TEXT.get(type(op), type(op).__name__)
+        raise ExprError(f"operator '{text}' is not in the language; use + - * / **")
 
 
 def _power(base: sympy.Expr, exponent: sympy.Expr) -> sympy.Expr:

@@ -58,11 +58,9 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[Spec]:
     return sorted(specs, key=lambda s: s.name)
 
 
-def generate(specs_path: Path, root: Path | None = None, fuse: bool = False) -> dict[str, str]:
+def generate(specs_path: Path, root: Path | None = None) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path``; all or nothing."""
     specs = load_specs(discover(specs_path), root)
-    if fuse:
-        specs = [_with_fuse(spec) for spec in specs]
     files: dict[str, str] = {}
     problems: list[Problem] = []
     for spec in specs:
@@ -84,9 +82,3 @@ def generate_one(spec: Spec) -> dict[str, str]:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
     plan = make_plan(spec, expr)
     return {f"{spec.name}.py": render_module(plan), f"tests/test_{spec.name}.py": render_tests(plan)}
-
-
-def _with_fuse(spec: Spec) -> Spec:
-    from dataclasses import replace
-
-    return replace(spec, fuse=True)

@@ -17,7 +17,10 @@ from . import symbolic
 from .spec import Spec
 
 HELPERS = ("_broadcast", "_broadcast_all")
-_MODULE_NAMES = {"torch", "math", "ctx", "inputs", "output", "ORDER", "STRATEGY", *HELPERS}
+_MODULE_NAMES = {"torch", "math", "ctx", "ORDER", "STRATEGY", *HELPERS}
+# Local names of the generated code's own, allocated first so that they avoid the spec's names.
+LOCALS = ("inputs", "output", "function", "level")
+COMPILE_SUFFIX = "ForCompile"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class FunctionPlan:
     """One generated ``torch.autograd.Function``."""
 
     class_name: str
+    compile_name: str
     summary: str
     inputs: tuple[str, ...]
     forward: Block
@@ -78,6 +82,11 @@ class ModulePlan:
     returns_first_only: bool
     derivatives: tuple[tuple[tuple[str, ...], sympy.Expr], ...]
     more_derivatives: int
+    locals: tuple[tuple[str, str], ...]
+
+    def local(self, name: str) -> str:
+        """The name the generated code uses for its own local ``name`` (inputs, output, ...)."""
+        return dict(self.locals)[name]
 
     @property
     def entry(self) -> FunctionPlan:
@@ -108,11 +117,15 @@ def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     strategy, reason = choose_strategy(spec, expr, inputs)
     namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
+    local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
     camel = "".join(part.capitalize() for part in spec.name.split("_"))
+    levels = 1 if strategy != "nested" else spec.order
+    bases = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, levels)]
+    classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
     if strategy == "nested":
-        functions = _nested(camel, expr, inputs, spec.order, namer)
+        functions = _nested(classes, expr, inputs, spec.order, namer)
     else:
-        functions = (_single_level(camel, strategy, expr, inputs, namer),)
+        functions = (_single_level(classes[0], strategy, expr, inputs, namer),)
     derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
     return ModulePlan(
         spec=spec,
@@ -123,6 +136,7 @@ def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
         returns_first_only=len(functions[0].outputs) > 1,
         derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
         more_derivatives=more,
+        locals=local_names,
     )
 
 
@@ -150,7 +164,7 @@ def choose_strategy(spec: Spec, expr: sympy.Expr, inputs) -> tuple[str, str]:
     return "save_inputs", "auto: the first derivative shares nothing with the forward"
 
 
-def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
+def _single_level(classes, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
     """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops."""
     forward_expr, extras = expr, ()
     if strategy == "intermediates":
@@ -175,7 +189,8 @@ def _single_level(camel, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
     exact = strategy != "save_outputs"
     tangents, jvp_block, saved_for_forward = _forward_mode(results, inputs, namer, known, exact)
     return FunctionPlan(
-        class_name=camel,
+        class_name=classes[0],
+        compile_name=classes[1],
         summary=_SUMMARIES[strategy],
         inputs=tuple(str(x) for x in inputs),
         forward=_block(results, taken=namer.taken),
@@ -218,7 +233,7 @@ def _intermediates(expr: sympy.Expr, inputs) -> tuple[sympy.Expr, tuple[sympy.Ex
     return rewritten, symbolic.shared_values(rewritten, first, inputs)
 
 
-def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...]:
+def _nested(classes, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...]:
     """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
 
     Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
@@ -227,7 +242,6 @@ def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...
     """
     names = [str(x) for x in inputs]
     results = [_output(namer.fresh("out"), expr, inputs)]
-    class_names = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, order)]
     functions = []
     for level in range(order):
         cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
@@ -238,14 +252,15 @@ def _nested(camel, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...
         tangents, jvp_block, saved_for_forward = _forward_mode(results, _symbols(names), namer, [], True)
         functions.append(
             FunctionPlan(
-                class_name=class_names[level],
+                class_name=classes[level][0],
+                compile_name=classes[level][1],
                 summary=_level_summary(level),
                 inputs=tuple(names),
                 forward=_block(results, taken=local.taken),
                 saved=tuple(names),
                 cotangents=cotangents,
                 backward=_block(gradients, taken=local.taken) if last else None,
-                next_level=None if last else class_names[level + 1],
+                next_level=None if last else classes[level + 1][0],
                 tangents=tangents,
                 jvp=jvp_block,
                 saved_for_forward=saved_for_forward,

@@ -16,7 +16,6 @@ from .plan import Block, FunctionPlan, ModulePlan, Result
 from .printer import TorchPrinter
 
 MAX_DOC_FORMULA = 300
-COMPILE_SUFFIX = "ForCompile"
 
 
 def template_dir() -> Path:
@@ -92,9 +91,11 @@ def render_module(plan: ModulePlan) -> str:
         helpers=helpers,
         functions=views,
         signature=_signature(spec),
-        choice=_compile_choice(plan.entry.class_name),
-        call=f"function.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
-        compile_suffix=COMPILE_SUFFIX,
+        function=plan.local("function"),
+        choice=_compile_choice(plan.entry),
+        call=f"{plan.local('function')}.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
+        ctx_inputs=plan.local("inputs"),
+        ctx_output=plan.local("output"),
         broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
         returns_first_only=plan.returns_first_only,
     )
@@ -169,7 +170,7 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
         ctx_lines=tuple(f"ctx.{name} = {name}" for name in params),
-        compile_name=fn.class_name + COMPILE_SUFFIX,
+        compile_name=fn.compile_name,
         cotangents=", ".join(fn.cotangents),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
@@ -199,8 +200,9 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     if fn.next_level is not None:
         nxt = plan.functions[[f.class_name for f in plan.functions].index(fn.next_level)]
         args = ", ".join([*nxt.inputs, *(f"ctx.{name}" for name in params)])
-        lines.append(f"level = {_compile_choice(fn.next_level)}")
-        call = f"level.apply({args})"
+        level = plan.local("level")
+        lines.append(f"{level} = {_compile_choice(nxt)}")
+        call = f"{level}.apply({args})"
         if not params:
             return lines, call
         unpack = _unpack(nxt.outputs) if len(nxt.outputs) > 1 else nxt.outputs[0]
@@ -214,9 +216,9 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
 
 
-def _compile_choice(class_name: str) -> str:
+def _compile_choice(fn: FunctionPlan) -> str:
     """The class to apply: the jvp-less twin while torch.compile traces (Dynamo refuses custom jvp)."""
-    return f"{class_name}{COMPILE_SUFFIX} if torch.compiler.is_compiling() else {class_name}"
+    return f"{fn.compile_name} if torch.compiler.is_compiling() else {fn.class_name}"
 
 
 def _used_names(block: Block | None) -> set[str]:

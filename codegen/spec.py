@@ -1,8 +1,9 @@
 """Stage 1: a YAML spec file -> a validated, frozen ``Spec``.
 
 YAML is composed (never constructed into arbitrary objects) with line marks kept, so every
-problem names its line. Aliases are refused outright, which makes alias bombs impossible, and
-only the plain YAML scalar tags are accepted.
+problem names its line. Aliases are refused outright, which makes alias bombs impossible; nesting
+is bounded; and only the plain YAML tags (str, int, float, bool, null, seq, map) are accepted.
+The expression is parsed here too, so that one run reports every problem of a file.
 """
 
 from __future__ import annotations
@@ -18,23 +19,32 @@ from pathlib import Path
 
 import yaml
 
+from . import __version__
 from .errors import Problem, SpecErrors, did_you_mean
-from .expr import CONSTANTS, FUNCTIONS
+from .expr import CONSTANTS, FUNCTIONS, ExprError, parse_expr
 
 MAX_SPEC_BYTES = 64 * 1024
 MAX_ORDER = 8
 MAX_INPUTS = 8
 MAX_PARAMS = 16
 MAX_DOC_CHARS = 500
+MAX_NAME_CHARS = 100  # the name is a file name (test_NAME.py) on every platform
+MAX_YAML_DEPTH = 20
+MAX_SHOWN_CHARS = 40  # of a user's value quoted in a message
 STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 DEFAULT_DOMAIN = (-2.0, 2.0)
 
 KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse")
 REQUIRED_KEYS = ("name", "expr", "inputs", "order")
+_EXAMPLES = {"name": "name: my_function", "expr": "expr: x * sigmoid(x)", "inputs": "inputs: [x]", "order": "order: 2"}
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _NATIVE_RE = re.compile(r"torch(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
+# A plain number YAML 1.1 reads as text (1e-3, 1.5e3): YAML 1.2 and every PyTorch user read a number.
+_NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
+# File names Windows refuses whatever the extension: OUT/NAME.py could not be written there.
+_WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
 # Names the generated module itself defines or imports at top level.
 _MODULE_GLOBALS = {"torch", "math"}
 # Names an input or param may not take: they would shadow the language or the generated code.
@@ -46,6 +56,8 @@ _SCALAR_TAGS = {
     "tag:yaml.org,2002:bool",
     "tag:yaml.org,2002:null",
 }
+_NULL_TAG = "tag:yaml.org,2002:null"
+_COLLECTION_TAGS = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
 
 
 @dataclass(frozen=True)
@@ -97,15 +109,26 @@ class Spec:
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """A SafeLoader that refuses aliases: a spec never needs them, and they enable bombs."""
+    """A SafeLoader that refuses aliases (a spec never needs them, and they enable bombs) and
+    nesting deeper than a spec can use (instead of running out of stack)."""
+
+    _depth = 0
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
             raise yaml.composer.ComposerError(
                 None, None, "YAML aliases (*name) are not allowed in a spec; write the value out", event.start_mark
             )
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"lists or mappings are nested more than {MAX_YAML_DEPTH} deep", event.start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def display_path(path: Path, root: Path | None = None) -> str:
@@ -143,23 +166,67 @@ def _compose(text: str, shown: str) -> yaml.MappingNode:
     try:
         root = yaml.compose(text, Loader=_NoAliasLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        what = exc.problem or exc.context or "invalid YAML"
-        raise SpecErrors([Problem(shown, line, f"invalid YAML: {what}")]) from None
+        raise SpecErrors([_yaml_problem(exc, shown)]) from None
     except yaml.YAMLError as exc:
         raise SpecErrors([Problem(shown, 1, f"invalid YAML: {exc}")]) from None
     except RecursionError:
         raise SpecErrors([Problem(shown, 1, "the YAML is nested too deeply")]) from None
-    if root is None:
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.tag == _NULL_TAG and not root.value):
         raise SpecErrors([Problem(shown, 1, "the file is empty; a spec needs at least: name, expr, inputs, order")])
+    tag = _bad_tag(root)
+    if tag:
+        raise SpecErrors([Problem(shown, _line(root), f"YAML tag {_tag_text(tag)!r} is not allowed; remove the tag")])
     if not isinstance(root, yaml.MappingNode):
         raise SpecErrors([Problem(shown, _line(root), "a spec is a mapping of keys (name, expr, inputs, order, ...)")])
     return root
 
 
+def _yaml_problem(exc: yaml.MarkedYAMLError, shown: str) -> Problem:
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark else 1
+    what = exc.problem or exc.context or "cannot read it"
+    if "another document" in what:
+        what = "a spec file holds one YAML document; remove the '---' and put each spec in its own file"
+    elif exc.context and exc.problem and exc.context_mark and exc.context_mark.line + 1 != line:
+        what += f" ({exc.context} started on line {exc.context_mark.line + 1})"
+    return Problem(shown, line, f"invalid YAML: {what}")
+
+
 def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
+
+
+def _bad_tag(node: yaml.Node) -> str | None:
+    """The node's tag when it is not one of the plain YAML tags a spec may hold, else None."""
+    allowed = _COLLECTION_TAGS.get(type(node))
+    ok = node.tag == allowed if allowed else node.tag in _SCALAR_TAGS
+    return None if ok else node.tag
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def _tag_text(tag: str) -> str:
+    """A tag as it is written in YAML: '!!binary', not 'tag:yaml.org,2002:binary'."""
+    return _shorten("!!" + tag[len("tag:yaml.org,2002:"):] if tag.startswith("tag:yaml.org,2002:") else tag)
+
+
+def _shown(node: yaml.Node) -> str:
+    """A scalar's text as quoted in a message, cut to a readable length."""
+    return repr(_shorten(node.value)) if isinstance(node, yaml.ScalarNode) else "a list or mapping"
+
+
+def _implicit(node: yaml.ScalarNode) -> bool:
+    """Whether YAML gave the scalar its type by itself (no quotes, no tag), as 'yes' -> true."""
+    resolved = _NoAliasLoader("").resolve(yaml.ScalarNode, node.value, (True, False))
+    return node.style is None and node.tag == resolved
+
+
+def _yaml_kind(node: yaml.ScalarNode) -> str:
+    names = {"bool": "true/false", "int": "a number", "float": "a number", "null": "'no value'",
+             "timestamp": "a date", "str": "text"}
+    return names.get(node.tag.rsplit(":", 1)[-1], node.tag)
 
 
 class _Reader:
@@ -173,23 +240,52 @@ class _Reader:
         line = node if isinstance(node, int) else _line(node)
         self.problems.append(Problem(self.shown, line, message))
 
+    def tag_ok(self, node: yaml.Node, what: str) -> bool:
+        tag = _bad_tag(node)
+        if tag is None:
+            return True
+        if isinstance(node, yaml.ScalarNode) and _implicit(node):
+            self.fail(node, f"{what} {_shown(node)} is read by YAML as {_yaml_kind(node)}; put it in quotes")
+        else:
+            self.fail(node, f"{what}: YAML tag {_tag_text(tag)!r} is not allowed; remove the tag")
+        return False
+
     def scalar(self, node: yaml.Node, what: str):
-        """A plain scalar value, or ``None`` (with a problem recorded) for anything else."""
+        """A plain, non-null scalar value, or ``None`` (with a problem recorded) for anything else."""
+        if not self.tag_ok(node, what):
+            return None
         if not isinstance(node, yaml.ScalarNode):
             kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
             self.fail(node, f"{what} must be a single value, not {kind}")
             return None
-        if node.tag not in _SCALAR_TAGS:
-            self.fail(node, f"{what}: YAML tag {node.tag!r} is not allowed; remove the tag")
+        if node.tag == _NULL_TAG:
+            if node.value:
+                self.fail(node, f"{what}: {_shown(node)} means 'no value' in YAML; write a value (quoted, if text)")
+            else:
+                self.fail(node, f"{what} has no value; write one after the ':'")
             return None
         try:
             return _NoAliasLoader("").construct_object(node)
         except (yaml.YAMLError, ValueError, OverflowError):
-            self.fail(node, f"{what}: cannot read the value {node.value!r}")
+            self.fail(node, f"{what}: cannot read the value {_shown(node)}")
             return None
+
+    def text(self, node: yaml.Node, what: str, valid) -> str | None:
+        """A scalar meant as text. A plain word YAML reads as something else ('yes', 'on') is refused
+        with a hint to quote it when the text itself would do; otherwise its text is returned, for the
+        caller to judge as text."""
+        value = self.scalar(node, what)
+        if value is None or isinstance(value, str):
+            return value
+        if valid(node.value):
+            self.fail(node, f"{what} {_shown(node)} is read by YAML as {_yaml_kind(node)}; put it in quotes")
+            return None
+        return node.value
 
     def mapping(self, node: yaml.Node, what: str) -> list[tuple[yaml.Node, yaml.Node, str]]:
         """Key nodes, value nodes and key strings of a mapping; duplicate keys are problems."""
+        if not self.tag_ok(node, what):
+            return []
         if not isinstance(node, yaml.MappingNode):
             self.fail(node, f"{what} must be a mapping (key: value lines)")
             return []
@@ -200,18 +296,20 @@ class _Reader:
             if key is None:
                 continue
             if not isinstance(key, str):
-                self.fail(key_node, f"{what}: key {key_node.value!r} must be a name")
+                self.fail(key_node, f"{what}: key {_shown(key_node)} must be a name")
                 continue
             if key in seen:
-                self.fail(key_node, f"{what}: key '{key}' appears twice (first on line {seen[key]}); keep one")
+                self.fail(key_node, f"{what}: key '{_shorten(key)}' appears twice (first on line {seen[key]}); keep one")
                 continue
             seen[key] = _line(key_node)
             items.append((key_node, value_node, key))
         return items
 
-    def sequence(self, node: yaml.Node, what: str) -> list[yaml.Node]:
+    def sequence(self, node: yaml.Node, what: str, example: str) -> list[yaml.Node]:
+        if not self.tag_ok(node, what):
+            return []
         if not isinstance(node, yaml.SequenceNode):
-            self.fail(node, f"{what} must be a list, e.g. [x, y]")
+            self.fail(node, f"{what} must be a list, e.g. {example}")
             return []
         return list(node.value)
 
@@ -219,15 +317,18 @@ class _Reader:
         value = self.scalar(node, what)
         if value is None:
             return None
+        if isinstance(value, str) and node.style is None and _NUMBER_RE.match(value):
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(node, f"{what} must be a number, not {node.value!r}")
+            quoted = " (remove the quotes)" if isinstance(value, str) and _NUMBER_RE.match(value) else ""
+            self.fail(node, f"{what} must be a number, not {_shown(node)}{quoted}")
             return None
         try:
             result = float(value)
         except OverflowError:
             result = math.inf
         if not math.isfinite(result) or abs(result) > 1e300:
-            self.fail(node, f"{what} must be a finite number of reasonable size, not {node.value!r}")
+            self.fail(node, f"{what} must be a finite number no larger than 1e300 in size, not {_shown(node)}")
             return None
         return result
 
@@ -238,13 +339,14 @@ def _validate(root: yaml.MappingNode, shown: str) -> Spec:
     lines: dict[str, int] = {}
     for key_node, value_node, key in reader.mapping(root, "the spec"):
         if key not in KEYS:
-            reader.fail(key_node, f"unknown key '{key}'{did_you_mean(key, KEYS)}; the keys are: {', '.join(KEYS)}")
+            hint = did_you_mean(key, KEYS)
+            reader.fail(key_node, f"unknown key '{_shorten(key)}'{hint}; the keys are: {', '.join(KEYS)}")
             continue
         values[key] = value_node
         lines[key] = _line(key_node)
     for key in REQUIRED_KEYS:
         if key not in values:
-            reader.fail(1, f"missing required key '{key}'")
+            reader.fail(1, f"missing required key '{key}'; add a line such as '{_EXAMPLES[key]}'")
 
     fields = {
         "name": _read_name(reader, values.get("name")),
@@ -252,32 +354,53 @@ def _validate(root: yaml.MappingNode, shown: str) -> Spec:
         "inputs": _read_inputs(reader, values.get("inputs")),
         "order": _read_order(reader, values.get("order")),
     }
-    inputs = fields["inputs"] or ()
+    inputs = fields["inputs"]
+    before = len(reader.problems)
     fields["params"] = _read_params(reader, values.get("params"), inputs)
+    params_ok = len(reader.problems) == before
     fields["strategy"] = _read_choice(reader, values.get("strategy"), "strategy", STRATEGIES, "auto")
     fields["domain"] = _read_domain(reader, values.get("domain"), inputs)
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
+    if fields["fuse"]:
+        reader.fail(values["fuse"], f"fuse: true (each level compiled into one kernel) is not available in dbgen "
+                    f"{__version__} yet; remove the line or write 'fuse: false'")
+    if fields["expr"] is not None and inputs is not None and params_ok:
+        _check_expr(reader, lines["expr"], fields["expr"], inputs, tuple(name for name, _ in fields["params"]))
     if reader.problems:
         raise SpecErrors(reader.problems)
     return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
 
 
+def _check_expr(reader: _Reader, line: int, text: str, inputs, params) -> None:
+    """Parse the expression now, so that its problems are reported with the file's others."""
+    try:
+        parse_expr(text, inputs, params)
+    except ExprError as exc:
+        reader.fail(line, f"expr: {exc}")
+
+
 def _read_name(reader: _Reader, node) -> str | None:
     if node is None:
         return None
-    name = reader.scalar(node, "name")
+    name = reader.text(node, "name", _NAME_RE.match)
     if name is None:
         return None
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        reader.fail(node, f"name {node.value!r} must be lower snake_case (a-z, 0-9, _), starting with a letter")
+    if not _NAME_RE.match(name):
+        reader.fail(node, f"name {_shown(node)} must be lower snake_case (a-z, 0-9, _), starting with a letter")
+    elif len(name) > MAX_NAME_CHARS:
+        reader.fail(node, f"name is {len(name)} characters; keep it to {MAX_NAME_CHARS} (it is a file name)")
     elif keyword.iskeyword(name) or keyword.issoftkeyword(name):
         reader.fail(node, f"name '{name}' is a Python keyword; choose another name")
     elif hasattr(builtins, name):
         reader.fail(node, f"name '{name}' would shadow the Python builtin '{name}'; choose another name")
+    elif name == "tests":
+        reader.fail(node, "name 'tests' is the generated tests folder (OUT/tests/); choose another name")
     elif name in _MODULE_GLOBALS:
         reader.fail(node, f"name '{name}' would shadow the module '{name}' that generated code uses; choose another")
+    elif name in _WINDOWS_RESERVED:
+        reader.fail(node, f"name '{name}' is a reserved file name on Windows ({name}.py cannot be written); choose another")
     else:
         return name
     return None
@@ -286,13 +409,14 @@ def _read_name(reader: _Reader, node) -> str | None:
 def _read_expr(reader: _Reader, node) -> str | None:
     if node is None:
         return None
-    text = reader.scalar(node, "expr")
-    if text is None:
+    if not reader.tag_ok(node, "expr"):
         return None
-    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-        reader.fail(node, "expr must be a string such as 'sinh(x)'")
+    if not isinstance(node, yaml.ScalarNode) or node.tag in (_NULL_TAG, "tag:yaml.org,2002:bool"):
+        if reader.scalar(node, "expr") is not None:
+            reader.fail(node, f"expr must be a formula such as 'sinh(x)', not {_yaml_kind(node)}")
         return None
-    text = str(text).strip()
+    # The text as written: whether YAML would read it as a number (2, 1e-3, 1_000) is no concern here.
+    text = node.value.strip()
     if not text:
         reader.fail(node, "expr is empty; write the function, e.g. 'x * tanh(softplus(x))'")
         return None
@@ -300,17 +424,17 @@ def _read_expr(reader: _Reader, node) -> str | None:
 
 
 def _identifier(reader: _Reader, node: yaml.Node, what: str) -> str | None:
-    value = reader.scalar(node, what)
+    value = reader.text(node, what, _IDENT_RE.match)
     if value is None:
         return None
-    if not isinstance(value, str) or not _IDENT_RE.match(value):
-        reader.fail(node, f"{what} {node.value!r} must be an identifier (ASCII letters, digits, _; a letter first)")
+    if not _IDENT_RE.match(value):
+        reader.fail(node, f"{what} {_shown(node)} must be an identifier (ASCII letters, digits, _; a letter first)")
         return None
     if keyword.iskeyword(value):
         reader.fail(node, f"{what} '{value}' is a Python keyword; choose another name")
         return None
     if value in _RESERVED_SYMBOLS:
-        reader.fail(node, f"{what} '{value}' would shadow the name '{value}' of the language or generated code")
+        reader.fail(node, f"{what} '{value}' would shadow the name '{value}' of the language or generated code; rename it")
         return None
     return value
 
@@ -318,8 +442,11 @@ def _identifier(reader: _Reader, node: yaml.Node, what: str) -> str | None:
 def _read_inputs(reader: _Reader, node) -> tuple[str, ...] | None:
     if node is None:
         return None
-    items = reader.sequence(node, "inputs")
-    if isinstance(node, yaml.SequenceNode) and not 1 <= len(items) <= MAX_INPUTS:
+    before = len(reader.problems)
+    items = reader.sequence(node, "inputs", "[x, y]")
+    if len(reader.problems) > before:
+        return None
+    if not 1 <= len(items) <= MAX_INPUTS:
         reader.fail(node, f"inputs must list 1 to {MAX_INPUTS} names, not {len(items)}")
         return None
     names: list[str] = []
@@ -341,7 +468,8 @@ def _read_order(reader: _Reader, node) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ORDER:
-        reader.fail(node, f"order must be a whole number from 1 to {MAX_ORDER}, not {node.value!r}")
+        quoted = " (remove the quotes)" if isinstance(value, str) and value.strip().isdigit() else ""
+        reader.fail(node, f"order must be a whole number from 1 to {MAX_ORDER}, not {_shown(node)}{quoted}")
         return None
     return value
 
@@ -356,7 +484,7 @@ def _read_params(reader: _Reader, node, inputs) -> tuple[tuple[str, float], ...]
     for key_node, value_node, key in items:
         name = _identifier(reader, key_node, "param")
         value = reader.number(value_node, f"param '{key}'")
-        if name is not None and name in inputs:
+        if name is not None and inputs is not None and name in inputs:
             reader.fail(key_node, f"param '{name}' has the name of an input; names must be distinct")
         elif name is not None and value is not None:
             params.append((name, value))
@@ -367,22 +495,26 @@ def _read_choice(reader: _Reader, node, what: str, choices, default: str) -> str
     if node is None:
         return default
     value = reader.scalar(node, what)
+    if value is None:
+        return default
     if value not in choices:
         hint = did_you_mean(str(value), choices)
-        reader.fail(node, f"{what} {node.value!r} is not one of: {', '.join(choices)}{hint}")
+        reader.fail(node, f"{what} {_shown(node)} is not one of: {', '.join(choices)}{hint}")
         return default
     return value
 
 
 def _read_domain(reader: _Reader, node, inputs) -> tuple[tuple[str, tuple[float, float]], ...]:
-    bounds = {name: DEFAULT_DOMAIN for name in inputs}
+    """Bounds for every input; a domain key is checked against the inputs only when they are valid."""
+    bounds = {name: DEFAULT_DOMAIN for name in inputs or ()}
     if node is None:
         return tuple(bounds.items())
     for key_node, value_node, key in reader.mapping(node, "domain"):
-        if key not in inputs:
-            reader.fail(key_node, f"domain names '{key}', which is not an input{did_you_mean(key, inputs)}")
+        if inputs is not None and key not in inputs:
+            hint = did_you_mean(key, inputs)
+            reader.fail(key_node, f"domain names '{_shorten(key)}', which is not an input{hint}; the inputs are: {', '.join(inputs)}")
             continue
-        items = reader.sequence(value_node, f"domain of '{key}'")
+        items = reader.sequence(value_node, f"domain of '{key}'", "[-2, 2]")
         if isinstance(value_node, yaml.SequenceNode) and len(items) != 2:
             reader.fail(value_node, f"domain of '{key}' must be [lo, hi]")
             continue
@@ -404,7 +536,7 @@ def _read_doc(reader: _Reader, node) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        reader.fail(node, "doc must be a string")
+        reader.fail(node, f"doc must be text, not {_yaml_kind(node)}; put it in quotes")
         return ""
     value = value.strip()
     if "\n" in value or "\r" in value:
@@ -425,7 +557,7 @@ def _read_native(reader: _Reader, node) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _NATIVE_RE.match(value):
-        reader.fail(node, f"native {node.value!r} must be a dotted name starting with 'torch.', e.g. torch.sinh")
+        reader.fail(node, f"native {_shown(node)} must be a dotted name starting with 'torch.', e.g. torch.sinh")
         return None
     return value
 
@@ -434,7 +566,9 @@ def _read_bool(reader: _Reader, node, what: str, default: bool) -> bool:
     if node is None:
         return default
     value = reader.scalar(node, what)
+    if value is None:
+        return default
     if not isinstance(value, bool):
-        reader.fail(node, f"{what} must be true or false, not {node.value!r}")
+        reader.fail(node, f"{what} must be true or false (unquoted), not {_shown(node)}")
         return default
     return value

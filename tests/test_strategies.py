@@ -148,3 +148,22 @@ def test_gradgradcheck_with_broadcasting(build, strategy):
     inputs = _inputs(case, seed=11)
     assert torch.autograd.gradcheck(module.three_input_sigmoid, inputs)
     assert torch.autograd.gradgradcheck(module.three_input_sigmoid, inputs)
+
+
+# Names that the generated code uses itself (locals, classes, temporaries, cotangents): a spec may
+# still use them for inputs and params, and the generated code must rename its own.
+TRICKY_NAMES = ["output", "inputs", "function", "level", "A", "AForCompile", "grad_out", "out", "t0", "tangent_x",
+                "exp_x", "grad2_x"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("tricky", TRICKY_NAMES)
+def test_inputs_may_use_the_generated_codes_own_names(build, strategy, tricky):
+    module = build(name="a", expr=f"x*tanh(softplus({tricky})) + exp(x)*k", inputs=["x", tricky],
+                   params={"k": 0.5}, order=2, strategy=strategy)
+    inputs = [sample((3, 4), -1, 1, seed=1), sample((4,), -1, 1, seed=2)]
+    def ref(x, other, k):
+        return x * T.tanh(T.nn.functional.softplus(other)) + T.exp(x) * k
+    actual = derivative_chain(module.a, inputs, 2, seed=3, params={"k": 0.5})
+    expected = derivative_chain(ref, inputs, 2, seed=3, params={"k": 0.5})
+    assert_chains_close(actual, expected)

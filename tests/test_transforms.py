@@ -122,6 +122,27 @@ def test_compile_fullgraph_training_step(build, strategy):
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_compile_fullgraph_step_with_the_gradient_inside(build, strategy):
+    """loss, gradient and SGD update in one graph (Dynamo traces autograd.grad when asked to)."""
+    module = build(**dict(SPEC, strategy=strategy))
+    torch._dynamo.reset()
+    x = sample((3, 4), -1, 1, seed=5).detach()
+
+    def step(f, weight):
+        loss = (f(x, weight) - 0.5).square().mean()
+        (grad,) = torch.autograd.grad(loss, weight)
+        return loss.detach(), weight.detach() - 0.1 * grad
+
+    generated = functools.partial(module.blend, a=1.5)
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        compiled = torch.compile(lambda w: step(generated, w), fullgraph=True, backend="aot_eager")
+        loss, updated = compiled(torch.tensor([0.3, -0.2, 0.1, 0.5], dtype=torch.float64, requires_grad=True))
+    expected = step(composed, torch.tensor([0.3, -0.2, 0.1, 0.5], dtype=torch.float64, requires_grad=True))
+    torch.testing.assert_close((loss, updated), expected, rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.compile
 def test_double_backward_through_a_compiled_graph_is_pytorchs_documented_refusal(build):
     """PyTorch refuses double backward through an aot_autograd graph; never a silent wrong answer."""
     module = build(**dict(SPEC, strategy="nested"))
@@ -131,3 +152,18 @@ def test_double_backward_through_a_compiled_graph_is_pytorchs_documented_refusal
     (gx,) = torch.autograd.grad(compiled(x, y).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="does not currently support double backward"):
         torch.autograd.grad(gx.sum(), x)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("strategy", ["intermediates", "nested"])
+def test_compile_fullgraph_with_inductor(build, strategy):
+    """The default backend generates and compiles a kernel (C++ on the CPU): same numbers as eager."""
+    module = build(**dict(SPEC, strategy=strategy))
+    torch._dynamo.reset()
+    compiled = torch.compile(functools.partial(module.blend, a=1.5), fullgraph=True, backend="inductor")
+    x, y = sample((3, 4), -1, 1, seed=3), sample((4,), -1, 1, seed=4)
+    out = compiled(x, y)
+    grads = torch.autograd.grad(out.sum(), (x, y))
+    expected = composed(x, y)
+    torch.testing.assert_close(out, expected, rtol=1e-7, atol=1e-10)
+    torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), (x, y)), rtol=1e-7, atol=1e-10)

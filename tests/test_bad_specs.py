@@ -1,0 +1,451 @@
+"""Bad specs: every kind is refused with exit 2, one `SPEC_PATH:LINE: message` line per problem,
+no traceback, nothing written and nothing from the spec run (contract sections 1 and 4).
+
+The corpus below is checked twice: in process, one test per kind (exact problems, bounded time),
+and through the real CLI, all kinds in one folder and one run (paths, exit code, stderr format).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from codegen import pipeline
+from codegen.errors import SpecErrors
+from codegen.spec import load_spec
+
+REPO = Path(__file__).resolve().parent.parent
+CLI_TIMEOUT_S = 60
+IN_PROCESS_LIMIT_S = 2.0
+_LINE_RE = re.compile(r"(?P<path>[^:]+):(?P<line>\d+): (?P<message>.+)\Z")
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One kind of bad spec: the file's content and each problem expected, as (line, fragment)."""
+
+    kind: str
+    text: str | bytes
+    problems: tuple[tuple[int, str], ...]
+
+
+def spec(kind: str, **keys: str | None) -> str:
+    """A spec whose key lines are name 1, expr 2, inputs 3, order 4, then extra keys in the order
+    given. A value is the raw YAML text after 'key: '; None leaves the key out."""
+    values = {"name": kind, "expr": "x", "inputs": "[x]", "order": "1", **keys}
+    return "".join(f"{key}: {value}\n" for key, value in values.items() if value is not None)
+
+
+def bad(kind: str, text: str | bytes, *problems: tuple[int, str]) -> Bad:
+    return Bad(kind, text, problems)
+
+
+def expr(kind: str, text: str, fragment: str, inputs: str = "[x]") -> Bad:
+    """A spec whose only problem is its expression (on line 2)."""
+    return bad(kind, spec(kind, expr=text, inputs=inputs), (2, fragment))
+
+
+BILLION_LAUGHS = "".join(
+    f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else 'lol'}]\n" for i in range(10)
+)
+ONE_PARAM_TOO_MANY = "{" + ", ".join(f"p{i}: {i}" for i in range(17)) + "}"
+
+CORPUS = [
+    # required keys, unknown and repeated keys, empty values
+    bad("missing_name", spec("x", name=None), (1, "missing required key 'name'; add a line such as 'name: ")),
+    bad("missing_expr", spec("missing_expr", expr=None), (1, "missing required key 'expr'; add a line")),
+    bad("missing_inputs", spec("missing_inputs", inputs=None), (1, "missing required key 'inputs'; add a line")),
+    bad("missing_order", spec("missing_order", order=None), (1, "missing required key 'order'; add a line")),
+    bad("unknown_key", spec("unknown_key", order=None, ordr="2"),
+        (1, "missing required key 'order'"), (4, "unknown key 'ordr' (did you mean 'order'?); the keys are: name,")),
+    bad("unknown_key_with_newline", spec("unknown_key_with_newline") + '"bad\\nkey\\u2028": 1\n',
+        (5, "unknown key 'bad\\nkey\\u2028'; the keys are")),
+    bad("duplicate_key", spec("duplicate_key") + "order: 2\n", (5, "key 'order' appears twice (first on line 4); keep one")),
+    bad("null_value", spec("null_value", order=""), (4, "order has no value; write one")),
+    bad("null_word", spec("null_word", name="null"), (1, "name: 'null' means 'no value' in YAML; write a value")),
+    bad("many_problems", spec("Many", expr="x^2", order="0", strategy="fast", colour="red"),
+        (1, "name 'Many' must be lower snake_case"), (2, "write '**'"), (4, "order must be a whole number"),
+        (5, "strategy 'fast' is not one of"), (6, "unknown key 'colour'")),
+    # the file and its YAML
+    bad("empty_file", "", (1, "the file is empty; a spec needs at least: name, expr, inputs, order")),
+    bad("comments_only", "# a spec, one day\n", (1, "the file is empty")),
+    bad("not_utf8", spec("not_utf8").encode() + b"doc: caf\xe9\n", (5, "not valid UTF-8; save it as UTF-8")),
+    bad("too_big", spec("too_big") + "# " + "x" * (64 * 1024) + "\n", (1, "a spec may be at most 65536")),
+    bad("yaml_list", "- name: yaml_list\n- expr: x\n", (1, "a spec is a mapping of keys (name, expr, inputs, order")),
+    bad("yaml_scalar", "just some text\n", (1, "a spec is a mapping of keys")),
+    bad("invalid_yaml", spec("invalid_yaml", inputs="[x"), (4, "invalid YAML: expected ',' or ']', but got ':' (while parsing a flow sequence started on line 3)")),
+    bad("two_documents", spec("two_documents") + "---\n" + spec("two_documents"), (5, "invalid YAML: a spec file holds one YAML document; remove the '---'")),
+    bad("yaml_alias", spec("yaml_alias", name="&n yaml_alias", doc="*n"), (5, "YAML aliases (*name) are not allowed")),
+    bad("alias_bomb", spec("alias_bomb") + BILLION_LAUGHS, (6, "YAML aliases (*name) are not allowed")),
+    bad("yaml_too_deep", spec("yaml_too_deep", inputs="[" * 200 + "x" + "]" * 200), (3, "nested more than 20 deep")),
+    bad("yaml_date", spec("x", name="2024-01-01"), (1, "name '2024-01-01' is read by YAML as a date; put it in quotes")),
+    # YAML tags: never constructed, always refused
+    bad("tag_apply_os_system", spec("tag_apply_os_system", expr='!!python/object/apply:os.system ["touch PWNED"]'),
+        (2, "expr: YAML tag '!!python/object/apply:os.system' is not allowed; remove the tag")),
+    bad("tag_apply_root", '!!python/object/apply:os.system ["touch PWNED"]\n',
+        (1, "YAML tag '!!python/object/apply:os.system' is not allowed")),
+    bad("tag_object_new", spec("tag_object_new", doc='!!python/object/new:os.system ["touch PWNED"]'),
+        (5, "doc: YAML tag '!!python/object/new:os.system' is not allowed")),
+    bad("tag_root_mapping", "--- !!python/object:codegen.spec.Spec\n" + spec("tag_root_mapping"),
+        (1, "YAML tag '!!python/object:codegen.spec.Spec' is not allowed")),
+    bad("tag_python_name", spec("tag_python_name", native="!!python/name:os.system ''"),
+        (5, "native: YAML tag '!!python/name:os.system' is not allowed")),
+    bad("tag_custom", spec("tag_custom", order="!foo 2"), (4, "order: YAML tag '!foo' is not allowed; remove the tag")),
+    bad("tag_binary", spec("tag_binary", doc="!!binary aGVsbG8="), (5, "doc: YAML tag '!!binary' is not allowed")),
+    bad("tag_on_list", spec("tag_on_list", inputs="!!python/tuple [x]"), (3, "inputs: YAML tag '!!python/tuple'")),
+    # name
+    bad("name_not_snake_case", spec("x", name="my-func"), (1, "name 'my-func' must be lower snake_case")),
+    bad("name_uppercase", spec("x", name="Square"), (1, "name 'Square' must be lower snake_case")),
+    bad("name_leading_underscore", spec("x", name="_square"), (1, "name '_square' must be lower snake_case")),
+    bad("name_number", spec("x", name="123"), (1, "name '123' must be lower snake_case")),
+    bad("name_keyword", spec("x", name="class"), (1, "name 'class' is a Python keyword; choose another name")),
+    bad("name_soft_keyword", spec("x", name="match"), (1, "name 'match' is a Python keyword")),
+    bad("name_builtin_print", spec("x", name="print"), (1, "would shadow the Python builtin 'print'; choose another")),
+    bad("name_builtin_list", spec("x", name="list"), (1, "would shadow the Python builtin 'list'")),
+    bad("name_torch", spec("x", name="torch"), (1, "name 'torch' would shadow the module 'torch'")),
+    bad("name_math", spec("x", name="math"), (1, "name 'math' would shadow the module 'math'")),
+    bad("name_list", spec("x", name="[a, b]"), (1, "name must be a single value, not a list")),
+    bad("name_yaml_bool", spec("x", name="yes"), (1, "name 'yes' is read by YAML as true/false; put it in quotes")),
+    bad("name_windows_reserved", spec("x", name="con"), (1, "name 'con' is a reserved file name on Windows")),
+    bad("name_too_long", spec("x", name="a" * 101), (1, "name is 101 characters; keep it to 100")),
+    # inputs
+    bad("inputs_string", spec("inputs_string", inputs="x"), (3, "inputs must be a list, e.g. [x, y]")),
+    bad("inputs_mapping", spec("inputs_mapping", inputs="{x: 1}"), (3, "inputs must be a list")),
+    bad("inputs_empty", spec("inputs_empty", inputs="[]"), (3, "inputs must list 1 to 8 names, not 0")),
+    bad("inputs_too_many", spec("inputs_too_many", inputs="[a, b, c, d, e, f, g, h, i]"), (3, "1 to 8 names, not 9")),
+    bad("inputs_duplicate", spec("inputs_duplicate", inputs="[x, x]"), (3, "input 'x' is listed twice")),
+    bad("input_not_identifier", spec("input_not_identifier", inputs="[x-y]"), (3, "input 'x-y' must be an identifier")),
+    bad("input_number", spec("input_number", inputs="[1]"), (3, "input '1' must be an identifier")),
+    bad("input_non_ascii", spec("input_non_ascii", inputs="[λ]"), (3, "input 'λ' must be an identifier (ASCII")),
+    bad("input_leading_underscore", spec("input_leading_underscore", inputs="[_x]"), (3, "must be an identifier")),
+    bad("input_function_name", spec("input_function_name", inputs="[exp]"),
+        (3, "input 'exp' would shadow the name 'exp' of the language")),
+    bad("input_pi", spec("input_pi", inputs="[pi]"), (3, "input 'pi' would shadow")),
+    bad("input_e", spec("input_e", inputs="[E]"), (3, "input 'E' would shadow")),
+    bad("input_torch", spec("input_torch", inputs="[torch]"), (3, "input 'torch' would shadow")),
+    bad("input_math", spec("input_math", inputs="[math]"), (3, "input 'math' would shadow")),
+    bad("input_ctx", spec("input_ctx", inputs="[ctx]"), (3, "input 'ctx' would shadow")),
+    bad("input_keyword", spec("input_keyword", inputs="[lambda]"), (3, "input 'lambda' is a Python keyword")),
+    bad("input_nested_list", spec("input_nested_list", inputs="[[x]]"), (3, "input must be a single value, not a list")),
+    bad("input_yaml_bool", spec("input_yaml_bool", inputs="[x, on]"), (3, "input 'on' is read by YAML as true/false")),
+    # order
+    bad("order_string", spec("order_string", order='"2"'), (4, "order must be a whole number from 1 to 8, not '2' (remove")),
+    bad("order_float", spec("order_float", order="2.5"), (4, "order must be a whole number from 1 to 8, not '2.5'")),
+    bad("order_bool", spec("order_bool", order="true"), (4, "order must be a whole number")),
+    bad("order_list", spec("order_list", order="[1]"), (4, "order must be a single value, not a list")),
+    bad("order_zero", spec("order_zero", order="0"), (4, "order must be a whole number from 1 to 8, not '0'")),
+    bad("order_too_high", spec("order_too_high", order="9"), (4, "from 1 to 8, not '9'")),
+    bad("order_negative", spec("order_negative", order="-1"), (4, "from 1 to 8, not '-1'")),
+    bad("order_huge", spec("order_huge", order="9" * 5000), (4, "order")),
+    # params
+    bad("params_not_mapping", spec("params_not_mapping", params="[a]"), (5, "params must be a mapping")),
+    bad("param_string", spec("param_string", params="{a: '1'}"), (5, "param 'a' must be a number, not '1' (remove the quotes)")),
+    bad("param_word", spec("param_word", params="{a: one}"), (5, "param 'a' must be a number, not 'one'")),
+    bad("param_bool", spec("param_bool", params="{a: true}"), (5, "param 'a' must be a number")),
+    bad("param_inf", spec("param_inf", params="{a: .inf}"), (5, "param 'a' must be a finite number")),
+    bad("param_nan", spec("param_nan", params="{a: .nan}"), (5, "param 'a' must be a finite number")),
+    bad("param_huge", spec("param_huge", params="{a: 1.0e+301}"), (5, "no larger than 1e300")),
+    bad("param_huge_int", spec("param_huge_int", params="{a: 1" + "0" * 400 + "}"), (5, "param 'a' must be a finite")),
+    bad("param_list", spec("param_list", params="{a: [1]}"), (5, "param 'a' must be a single value, not a list")),
+    bad("param_null", spec("param_null", params="{a: }"), (5, "param 'a' has no value")),
+    bad("param_clash_input", spec("param_clash_input", params="{x: 1}"), (5, "param 'x' has the name of an input")),
+    bad("param_keyword", spec("param_keyword", params="{for: 1}"), (5, "param 'for' is a Python keyword")),
+    bad("param_function_name", spec("param_function_name", params="{exp: 1}"), (5, "param 'exp' would shadow")),
+    bad("param_not_identifier", spec("param_not_identifier", params="{a-b: 1}"), (5, "param 'a-b' must be an identifier")),
+    bad("params_too_many", spec("params_too_many", params=ONE_PARAM_TOO_MANY), (5, "at most 16 params are allowed, not 17")),
+    # strategy
+    bad("strategy_unknown", spec("strategy_unknown", strategy="fastest"),
+        (5, "strategy 'fastest' is not one of: auto, save_inputs, save_outputs, intermediates, nested")),
+    bad("strategy_typo", spec("strategy_typo", strategy="nestd"), (5, "(did you mean 'nested'?)")),
+    bad("strategy_list", spec("strategy_list", strategy="[auto]"), (5, "strategy must be a single value, not a list")),
+    # domain
+    bad("domain_non_input", spec("domain_non_input", domain="{y: [0, 1]}"),
+        (5, "domain names 'y', which is not an input; the inputs are: x")),
+    bad("domain_typo", spec("domain_typo", inputs="[alpha]", expr="alpha", domain="{alpah: [0, 1]}"),
+        (5, "(did you mean 'alpha'?)")),
+    bad("domain_not_pair", spec("domain_not_pair", domain="{x: [0]}"), (5, "domain of 'x' must be [lo, hi]")),
+    bad("domain_scalar", spec("domain_scalar", domain="{x: 1}"), (5, "domain of 'x' must be a list, e.g. [-2, 2]")),
+    bad("domain_lo_equals_hi", spec("domain_lo_equals_hi", domain="{x: [1, 1]}"), (5, "must have lo < hi, not [1.0, 1.0]")),
+    bad("domain_reversed", spec("domain_reversed", domain="{x: [2, -2]}"), (5, "must have lo < hi")),
+    bad("domain_not_number", spec("domain_not_number", domain="{x: [a, 1]}"), (5, "domain of 'x' must be a number")),
+    bad("domain_infinite", spec("domain_infinite", domain="{x: [-.inf, 1]}"), (5, "must be a finite number")),
+    bad("domain_not_mapping", spec("domain_not_mapping", domain="[0, 1]"), (5, "domain must be a mapping")),
+    # doc, native, fuse
+    bad("doc_multiline", spec("doc_multiline", doc="|\n  one\n  two"), (5, "doc must be one line")),
+    bad("doc_not_text", spec("doc_not_text", doc="3"), (5, "doc must be text, not a number; put it in quotes")),
+    bad("doc_too_long", spec("doc_too_long", doc="a" * 501), (5, "doc is 501 characters; keep it to 500")),
+    bad("doc_control_character", spec("doc_control_character", doc='"bell\\x07"'), (5, "doc contains control characters")),
+    bad("native_not_torch", spec("native_not_torch", native="numpy.sin"), (5, "must be a dotted name starting with 'torch.'")),
+    bad("native_call", spec("native_call", native="torch.sin()"), (5, "native 'torch.sin()' must be a dotted name")),
+    bad("native_bare_torch", spec("native_bare_torch", native="torch"), (5, "native 'torch' must be a dotted name")),
+    bad("fuse_string", spec("fuse_string", fuse='"true"'), (5, "fuse must be true or false (unquoted), not 'true'")),
+    bad("fuse_number", spec("fuse_number", fuse="1"), (5, "fuse must be true or false")),
+    bad("name_tests_folder", spec("name_tests_folder", name="tests"), (1, "generated tests folder")),
+    bad("fuse_true_not_yet_available", spec("fuse_true_not_yet_available", fuse="true"), (5, "is not available in dbgen")),
+    # expressions
+    expr("expr_caret", "x^2", "'^' is not power in dbgen (it is XOR in Python); write '**'"),
+    expr("expr_caret_syntax", "x^^2", "syntax error"),
+    expr("expr_unknown_function", "sinn(x)", "'sinn' is not a function of the language (did you mean 'sin'?)"),
+    expr("expr_undefined_name", "x + z", "undefined name 'z'; the inputs are: x (add it to inputs or params)"),
+    expr("expr_atan2_one_argument", "atan2(x)", "atan2() takes 2 arguments, got 1"),
+    expr("expr_exp_two_arguments", "exp(x, y)", "exp() takes 1 argument, got 2", inputs="[x, y]"),
+    expr("expr_keyword_argument", "exp(x=1)", "exp() takes plain positional arguments only"),
+    expr("expr_star_argument", "exp(*x)", "exp() takes plain positional arguments only"),
+    expr("expr_attribute", "x.real", "attribute access ('.real') is not allowed"),
+    expr("expr_torch_call", "torch.exp(x)", "attribute access (a.b) is not allowed; call the language's functions by bare name"),
+    expr("expr_dunder_import", "\"__import__('os').system('touch PWNED')\"", "attribute access (a.b) is not allowed"),
+    expr("expr_import_call", "\"__import__('os')\"", "'__import__' is not a function of the language"),
+    expr("expr_eval_call", "\"eval('x')\"", "'eval' is not a function of the language"),
+    expr("expr_lambda", '"lambda: x"', "a lambda is not allowed in an expression"),
+    expr("expr_lambda_call", '"(lambda: x)()"', "only the language's functions can be called"),
+    expr("expr_subscript", "x[0]", "a subscript (a[i]) is not allowed"),
+    expr("expr_string", "\"'abc'\"", "a string is not allowed"),
+    expr("expr_comparison", "x < 1", "a comparison is not allowed"),
+    expr("expr_and_or", "x and x", "'and'/'or' is not allowed"),
+    expr("expr_not", "not x", "'not' is not allowed"),
+    expr("expr_if", "x if x else 1", "a conditional expression (a if c else b) is not allowed"),
+    expr("expr_walrus", '"(y := x)"', "':=' is not allowed"),
+    expr("expr_fstring", "\"f'{x}'\"", "an f-string is not allowed"),
+    expr("expr_comprehension", '"[x for x in (1, 2)]"', "a comprehension is not allowed"),
+    expr("expr_tuple", '"(x, x)"', "a tuple is not allowed"),
+    expr("expr_floordiv", "x // 2", "operator '//' is not in the language; use + - * / **"),
+    expr("expr_bool_literal", "x + True", "'True' is not a number"),
+    expr("expr_huge_power", "2**10**10", "the exponent 10000000000 is too large; at most 1000"),
+    expr("expr_power_tower", "9**9**9**9", "the exponent 387420489 is too large"),
+    expr("expr_big_exponent", "x**100000", "the exponent 100000 is too large"),
+    expr("expr_huge_constant_power", "2.0**1000 * 2**1000", "too large"),
+    expr("expr_deep_parentheses", "(" * 500 + "x" + ")" * 500, "parentheses are nested 500 deep; at most 40"),
+    expr("expr_too_long", "x" + " + x" * 1000, "the expression is 4001 characters; at most 2000"),
+    expr("expr_too_many_nodes", "x" + "+x" * 900, "syntax nodes; at most 400"),
+    expr("expr_5000_digits", "1" * 5000, "the expression is 5000 characters"),
+    expr("expr_1500_digits", "x * " + "7" * 1500, "is too large; constants must be at most 1e300 in size"),
+    expr("expr_1e999", "1e999 * x", "too large for a float"),
+    expr("expr_division_by_zero", "1/0", "division by zero"),
+    expr("expr_division_by_zero_symbolic", "x/(x - x)", "division by zero"),
+    expr("expr_log_zero", "log(0) + x", "undefined or infinite as written"),
+    expr("expr_sqrt_negative", "sqrt(-1) * x", "complex value"),
+    expr("expr_asin_outside_domain", "x + asin(2)", "the constant part asin(2) has no real value"),
+    expr("expr_exp_overflow", "x * exp(1000)", "the constant part exp(1000) is too large for a float"),
+    expr("expr_complex_literal", "1j * x", "complex numbers are not allowed"),
+    expr("expr_call_input", "x(2)", "'x' is an input or param, not a function"),
+    expr("expr_function_as_value", "exp + x", "'exp' is a function; call it, as in exp(x)"),
+    expr("expr_empty", '""', "expr is empty"),
+    expr("expr_syntax_error", '"x +"', "syntax error"),
+    expr("expr_list_value", "[x]", "expr must be a single value, not a list"),
+    expr("expr_null_byte", '"x\\0"', "the expression contains the control character"),
+    expr("expr_unicode_name", "λ * x", "undefined name 'λ'"),
+    expr("expr_syntax_warning", "1if x else 2", "a conditional expression"),
+]
+KINDS = [case.kind for case in CORPUS]
+
+
+def _write(folder: Path, case: Bad) -> Path:
+    path = folder / f"{case.kind}.yaml"
+    data = case.text if isinstance(case.text, bytes) else case.text.encode()
+    path.write_bytes(data)
+    return path
+
+
+def _assert_problems(found: list[tuple[int, str]], case: Bad) -> None:
+    """Each expected (line, fragment) matches its own problem, and no problem is left over."""
+    left = list(found)
+    for line, fragment in case.problems:
+        match = next((p for p in left if p[0] == line and fragment in p[1]), None)
+        assert match is not None, f"{case.kind}: no problem on line {line} with {fragment!r}; got {found}"
+        left.remove(match)
+    assert not left, f"{case.kind}: unexpected problems {left}"
+
+
+def test_corpus_has_forty_distinct_kinds_with_distinct_names():
+    assert len(set(KINDS)) == len(KINDS) >= 40
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=KINDS)
+def test_bad_spec_is_refused_with_its_line_and_message(tmp_path, case):
+    path = _write(tmp_path, case)
+    start = time.perf_counter()
+    with pytest.raises(SpecErrors) as raised:
+        load_spec(path, f"specs/{case.kind}.yaml")
+    assert time.perf_counter() - start < IN_PROCESS_LIMIT_S
+    found = _problems_by_file([str(problem) for problem in raised.value.problems])
+    assert list(found) == [f"specs/{case.kind}.yaml"]
+    _assert_problems(found[f"specs/{case.kind}.yaml"], case)
+
+
+def _run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DBGEN_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    command = [sys.executable, "-m", "codegen", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+
+
+def _twins(folder: Path) -> None:
+    """Two valid files with one name: the second (in path order) is the duplicate."""
+    (folder / "twin_a.yaml").write_text(spec("twin"))
+    (folder / "twin_b.yaml").write_text(spec("twin"))
+
+
+@pytest.fixture(scope="module")
+def corpus_run(tmp_path_factory):
+    """One `dbgen build specs -o out` over every kind at once, from the folder holding specs/."""
+    root = tmp_path_factory.mktemp("cli")
+    folder = root / "specs" / "bad"
+    folder.mkdir(parents=True)
+    for case in CORPUS:
+        _write(folder, case)
+    _twins(folder)
+    return root, _run_cli(root, "build", "specs", "-o", "out")
+
+
+def _problems_by_file(lines: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """Parse 'PATH:LINE: message' lines (each must have that form) into the problems of each file."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for line in lines:
+        match = _LINE_RE.fullmatch(line)
+        assert match, f"not a 'PATH:LINE: message' line: {line!r}"
+        found.setdefault(match["path"], []).append((int(match["line"]), match["message"]))
+    return found
+
+
+def test_cli_refuses_the_corpus_with_exit_2_and_writes_nothing(corpus_run):
+    root, result = corpus_run
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout == ""
+    assert not (root / "out").exists()
+
+
+def test_cli_reports_every_bad_file_at_once_with_relative_paths(corpus_run):
+    _, result = corpus_run
+    *lines, summary = result.stderr.splitlines()
+    assert summary == f"dbgen: {len(lines)} problem(s); nothing was written"
+    found = _problems_by_file(lines)
+    expected_paths = {f"specs/bad/{kind}.yaml" for kind in KINDS} | {"specs/bad/twin_b.yaml"}
+    assert set(found) == expected_paths
+    for case in CORPUS:
+        _assert_problems(found[f"specs/bad/{case.kind}.yaml"], case)
+    assert found["specs/bad/twin_b.yaml"] == [(1, "name 'twin' is also used by specs/bad/twin_a.yaml; names must be unique")]
+
+
+def test_cli_runs_nothing_from_the_specs(corpus_run):
+    root, _ = corpus_run
+    assert not list(root.rglob("PWNED*"))
+
+
+def test_cli_check_refuses_bad_specs_with_exit_2(tmp_path):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    _write(folder, CORPUS[KINDS.index("order_string")])
+    result = _run_cli(tmp_path, "check", "specs", "-o", "out")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0].startswith("specs/order_string.yaml:4: order must be a whole number")
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_cli_bad_build_leaves_an_existing_output_unchanged(tmp_path):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "good.yaml").write_text(spec("good"))
+    assert _run_cli(tmp_path, "build", "specs", "-o", "out").returncode == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    (folder / "good.yaml").write_text(spec("good", order="9"))
+    _write(folder, CORPUS[KINDS.index("expr_caret")])
+    result = _run_cli(tmp_path, "build", "specs", "-o", "out")
+    assert result.returncode == 2
+    assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
+    assert "specs/good.yaml:4: order" in result.stderr and "specs/expr_caret.yaml:2: expr:" in result.stderr
+
+
+def test_cli_single_bad_file_argument_is_shown_relative_to_cwd(tmp_path):
+    folder = tmp_path / "deep" / "er"
+    folder.mkdir(parents=True)
+    path = _write(folder, CORPUS[KINDS.index("expr_unknown_function")])
+    result = _run_cli(tmp_path, "build", str(path), "-o", "out")
+    assert result.returncode == 2
+    assert result.stderr.startswith("deep/er/expr_unknown_function.yaml:2: expr: 'sinn' is not a function")
+    assert not (tmp_path / "out").exists()
+
+
+# In process: finer points of reporting
+
+def _generate_problems(folder: Path) -> list[tuple[str, int]]:
+    with pytest.raises(SpecErrors) as raised:
+        pipeline.generate(folder, root=folder.parent)
+    return [(p.path, p.line) for p in raised.value.problems]
+
+
+def test_two_bad_files_are_both_reported(tmp_path):
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(spec("a", order="0"))
+    (folder / "b.yaml").write_text(spec("b", expr="sinn(x)"))
+    assert _generate_problems(folder) == [("specs/a.yaml", 4), ("specs/b.yaml", 2)]
+
+
+def test_duplicate_names_across_two_files_name_both_files(tmp_path):
+    folder = tmp_path / "specs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "one.yaml").write_text(spec("same"))
+    (folder / "sub" / "two.yaml").write_text(spec("same"))
+    with pytest.raises(SpecErrors) as raised:
+        pipeline.generate(folder, root=tmp_path)
+    [problem] = raised.value.problems
+    assert str(problem) == "specs/sub/two.yaml:1: name 'same' is also used by specs/one.yaml; names must be unique"
+
+
+def test_invalid_inputs_do_not_cascade_into_domain_params_or_expr(tmp_path):
+    path = tmp_path / "cascade.yaml"
+    path.write_text(spec("cascade", inputs="[x, x]", params="{k: 1}", domain="{x: [0, 1]}", expr="x * k"))
+    with pytest.raises(SpecErrors) as raised:
+        load_spec(path, "cascade.yaml")
+    assert [str(p) for p in raised.value.problems] == ["cascade.yaml:3: input 'x' is listed twice"]
+
+
+def test_a_bad_key_line_is_the_line_of_the_value_in_a_block_mapping(tmp_path):
+    path = tmp_path / "block.yaml"
+    path.write_text(spec("block") + "params:\n  a: 1\n  b: 'two'\ndomain:\n  x: [3, 1]\n")
+    with pytest.raises(SpecErrors) as raised:
+        load_spec(path, "block.yaml")
+    assert [(p.line, p.message.split(" must")[0]) for p in raised.value.problems] == [(7, "param 'b'"), (9, "domain of 'x'")]
+
+
+# "Nothing is run": the tags and expressions that would run code leave no trace
+
+@pytest.mark.parametrize("kind", ["tag_apply_os_system", "tag_apply_root", "tag_object_new", "tag_python_name", "expr_dunder_import"])
+def test_spec_text_is_never_executed(tmp_path, monkeypatch, kind):
+    calls = []
+    monkeypatch.setattr(os, "system", lambda *a: calls.append(a) or 0)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: calls.append(a))
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    _write(folder, CORPUS[KINDS.index(kind)])
+    with pytest.raises(SpecErrors):
+        pipeline.generate(folder, root=tmp_path)
+    assert calls == [] and not (tmp_path / "PWNED").exists()
+
+
+# Control: the validation refuses what is wrong, not what is right
+
+def test_every_example_spec_still_loads():
+    for path in sorted((REPO / "specs").glob("*.yaml")):
+        assert load_spec(path, path.name).name == path.stem
+
+
+def test_a_spec_using_every_optional_key_loads(tmp_path):
+    path = tmp_path / "full.yaml"
+    path.write_text(spec(
+        "full", expr="a * tanh(x) + eps * y", inputs="[x, y]", order="3", params="{a: 2, eps: 1e-3}",
+        strategy="nested", domain="{x: [-1.5e0, 1], y: [0.5, 2]}", doc="A full spec.", native="torch.tanh", fuse="false",
+    ))
+    loaded = load_spec(path, "full.yaml")
+    assert loaded.params == (("a", 2.0), ("eps", 0.001))
+    assert loaded.domain == (("x", (-1.5, 1.0)), ("y", (0.5, 2.0)))
+    assert (loaded.strategy, loaded.native, loaded.fuse, loaded.doc) == ("nested", "torch.tanh", False, "A full spec.")

@@ -1,0 +1,314 @@
+"""The expression language (contract section 1): what parses, to which SymPy object; what is refused,
+with a message that says what to do; bounded work; and spec text never evaluated."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import random
+import sys
+import time
+import warnings
+
+import pytest
+import sympy
+import sympy.parsing.sympy_parser
+from sympy.codegen.cfunctions import expm1, log1p
+
+from codegen import expr as expr_module
+from codegen.expr import ExprError, parse_expr, sigmoid, softplus
+
+LIMIT_S = 2.0
+x, y, a = (sympy.Symbol(name, real=True) for name in ("x", "y", "a"))
+
+CONTRACT_FUNCTIONS = (
+    "exp log log1p expm1 sqrt sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh erf erfc sigmoid softplus abs"
+).split()
+EXPECTED = {
+    "exp": sympy.exp(x), "log": sympy.log(x), "log1p": log1p(x), "expm1": expm1(x), "sqrt": sympy.sqrt(x),
+    "sin": sympy.sin(x), "cos": sympy.cos(x), "tan": sympy.tan(x), "asin": sympy.asin(x), "acos": sympy.acos(x),
+    "atan": sympy.atan(x), "atan2": sympy.atan2(y, x), "sinh": sympy.sinh(x), "cosh": sympy.cosh(x),
+    "tanh": sympy.tanh(x), "asinh": sympy.asinh(x), "acosh": sympy.acosh(x), "atanh": sympy.atanh(x),
+    "erf": sympy.erf(x), "erfc": sympy.erfc(x), "sigmoid": sigmoid(x), "softplus": softplus(x), "abs": sympy.Abs(x),
+}
+
+
+def parse(text: str, inputs=("x", "y"), params=("a",)) -> sympy.Expr:
+    start = time.perf_counter()
+    try:
+        return parse_expr(text, inputs, params)
+    finally:
+        assert time.perf_counter() - start < LIMIT_S, f"parsing {text[:60]!r} took too long"
+
+
+def refused(text: str, inputs=("x", "y"), params=("a",)) -> str:
+    with pytest.raises(ExprError) as raised:
+        parse(text, inputs, params)
+    return str(raised.value)
+
+
+# What parses, and to what
+
+def test_the_language_has_exactly_the_contract_functions():
+    assert sorted(expr_module.FUNCTIONS) == sorted(CONTRACT_FUNCTIONS) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", CONTRACT_FUNCTIONS)
+def test_each_function_parses_to_its_sympy_object(name):
+    text = "atan2(y, x)" if name == "atan2" else f"{name}(x)"
+    assert parse(text) == EXPECTED[name]
+
+
+def test_sigmoid_means_one_over_one_plus_exp_minus_u():
+    assert sympy.simplify(sigmoid(x).rewrite(sympy.exp) - 1 / (1 + sympy.exp(-x))) == 0
+    assert float(sigmoid(sympy.Float(0.3)).evalf()) == pytest.approx(1 / (1 + math.exp(-0.3)))
+    assert sigmoid(0) == sympy.Rational(1, 2)
+
+
+def test_softplus_means_log_of_one_plus_exp_u():
+    assert sympy.simplify(softplus(x).rewrite(sympy.exp) - sympy.log(1 + sympy.exp(x))) == 0
+    assert float(softplus(sympy.Float(-1.5)).evalf()) == pytest.approx(math.log1p(math.exp(-1.5)))
+    assert softplus(0) == sympy.log(2)
+
+
+@pytest.mark.parametrize("function", [sigmoid, softplus])
+def test_custom_function_derivative_matches_its_formula(function):
+    formula = function(x).rewrite(sympy.exp)
+    for point in (-2.0, 0.0, 0.7):
+        exact = sympy.diff(formula, x).subs(x, point)
+        assert float(sympy.diff(function(x), x).subs(x, point).evalf()) == pytest.approx(float(exact))
+
+
+def test_pi_and_e_are_the_constants():
+    assert parse("pi") == sympy.pi
+    assert parse("E") == sympy.E
+    assert parse("E**x") == sympy.exp(x)
+
+
+@pytest.mark.parametrize("text, value", [("2", sympy.Integer(2)), ("0.5", sympy.Float(0.5)), ("1e-3", sympy.Float(0.001))])
+def test_numbers(text, value):
+    result = parse(text)
+    assert result.is_Number and result == value
+
+
+def test_unary_minus():
+    assert parse("-x") == -x
+    assert parse("--x") == x
+    assert parse("-(x + y)") == -x - y
+
+
+def test_params_are_real_symbols_like_inputs():
+    result = parse("a * x", inputs=("x",), params=("a",))
+    assert result == a * x
+    assert all(symbol.is_real for symbol in result.free_symbols)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("-x**2", -(x**2)),
+    ("-2**2", sympy.Integer(-4)),
+    ("2**3**2", sympy.Integer(512)),
+    ("8/2/2", sympy.Integer(2)),
+    ("1 - 2 - 3", sympy.Integer(-4)),
+    ("x - y + x", 2 * x - y),
+    ("2 + 3*4", sympy.Integer(14)),
+    ("(2 + 3)*4", sympy.Integer(20)),
+    ("x/y*y", x),
+    ("2*-x", -2 * x),
+])
+def test_operator_precedence_and_associativity(text, expected):
+    assert parse(text) == expected
+
+
+def test_minus_x_squared_is_not_minus_x_all_squared():
+    assert parse("-x**2").subs(x, 3) == -9
+
+
+def test_a_long_flat_sum_is_not_too_deep():
+    assert parse(" + ".join(["x"] * 90)) == 90 * x
+    assert parse(" - ".join(["x"] * 90)) == -88 * x
+    assert parse(" * ".join(["x"] * 90)) == x**90
+
+
+# What is refused, and what the message says to do
+
+@pytest.mark.parametrize("text, fragment", [
+    ("x^2", "write '**', as in x**2"),
+    ("x ^^ 2", "write '**' for powers"),
+    ("sinn(x)", "did you mean 'sin'"),
+    ("tanhh(x)", "did you mean 'tanh'"),
+    ("atan2(x)", "atan2() takes 2 arguments, got 1"),
+    ("exp(x, y)", "exp() takes 1 argument, got 2"),
+    ("exp(x=1)", "takes plain positional arguments only"),
+    ("z + x", "undefined name 'z'; the inputs are: x, y; the params: a (add it to inputs or params)"),
+    ("xx + 1", "undefined name 'xx' (did you mean 'x'?)"),
+    ("exp + x", "'exp' is a function; call it, as in exp(x)"),
+    ("x(2)", "'x' is an input or param, not a function"),
+    ("a(x)", "'a' is an input or param, not a function"),
+    ("torch.exp(x)", "call the language's functions by bare name"),
+    ("x.real", "attribute access ('.real') is not allowed"),
+    ("x // 2", "operator '//' is not in the language; use + - * / **"),
+    ("x % 2", "operator '%' is not in the language"),
+    ("1/0", "division by zero"),
+    ("0**-1", "division by zero (0 to a negative power)"),
+    ("log(0)", "undefined or infinite as written"),
+    ("sqrt(-1)", "complex value"),
+    ("asin(2) + x", "the constant part asin(2) has no real value; check the function's domain"),
+    ("(-8)**(1/3) * x", "has no real value"),
+    ("exp(1000) * x", "the constant part exp(1000) is too large for a float"),
+    ("1j", "complex numbers are not allowed"),
+    ("lambda: x", "a lambda is not allowed in an expression; the language has numbers"),
+    ("x if y else 1", "a conditional expression (a if c else b) is not allowed"),
+    ("x < y", "a comparison is not allowed"),
+    ("'text'", "a string is not allowed"),
+    ("2**10**10", "the exponent 10000000000 is too large; at most 1000 is allowed"),
+    ("x**100000", "the exponent 100000 is too large"),
+    ("1e999", "too large for a float"),
+    ("(" * 500 + "x" + ")" * 500, "parentheses are nested 500 deep; at most 40 are allowed"),
+    ("x +", "syntax error"),
+    ("", "syntax error"),
+])
+def test_refusal_message_says_what_to_do(text, fragment):
+    assert fragment in refused(text)
+
+
+def test_python_syntax_warnings_do_not_leak_to_the_user():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert "a conditional expression" in refused("1if x else 2")
+    assert [str(w.message) for w in caught] == []
+
+
+# Bounded work on hostile input
+
+HOSTILE = [
+    "__import__('os').system('touch PWNED')",
+    "__import__('os')",
+    "eval('1')",
+    "exec('x = 1')",
+    "open('PWNED', 'w')",
+    "(lambda: x)()",
+    "x[0]",
+    "x[0:1]",
+    "b'x'",
+    "(z := x)",
+    "f'{x}'",
+    "[x for x in y]",
+    "{x for x in y}",
+    "{x: y}",
+    "(x, y)",
+    "[x]",
+    "x and y",
+    "not x",
+    "~x",
+    "x @ y",
+    "x << 2",
+    "...",
+    "None",
+    "True",
+    "*x",
+    "exp(*x)",
+    "exp(x)(y)",
+    "x.__class__.__bases__",
+    "2**10**10",
+    "9**9**9**9",
+    "10**300 * 10**300",
+    "2.0**1000 * 2**1000",
+    "x**100000",
+    "sin(x)**(10**300)",
+    "(" * 500 + "x" + ")" * 500,
+    "[" * 200 + "x" + "]" * 200,
+    "-" * 1000 + "x",
+    "exp(" * 100 + "x" + ")" * 100,
+    "x" + " + x" * 3000,
+    "x" + "+x" * 900,
+    "1" * 5000,
+    "9" * 1999,
+    "x\0",
+    "\x1b[2Jx",
+    "1/(x - x)",
+    "log(1 - 1)",
+    "exp(exp(exp(exp(10))))",
+    "acosh(0)",
+    "atanh(1)",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_expression_is_refused_quickly(text, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(text)
+    assert not (tmp_path / "PWNED").exists()
+
+
+_TOKENS = ["x", "y", "a", "2", "0", "0.5", "1e999", "pi", "(", ")", "**", "*", "+", "-", "/", "^", ",", ".",
+           "[", "]", "exp", "atan2", "sqrt", "log", "'", "lambda", ":", "if", "j", "__import__", " "]
+
+
+def test_random_token_soup_either_parses_or_is_refused_cleanly():
+    generator = random.Random(1234)
+    for _ in range(400):
+        text = "".join(generator.choice(_TOKENS) for _ in range(generator.randint(1, 25)))
+        try:
+            result = parse(text)
+        except ExprError:
+            continue
+        assert isinstance(result, sympy.Expr) and result.free_symbols <= {x, y, a}, text
+
+
+# Spec text is parsed, never evaluated
+
+@pytest.fixture
+def no_evaluation(monkeypatch):
+    """eval/exec/sympify/parse_expr refuse any call with text; compile only builds syntax trees."""
+    calls = []
+
+    def refuse(name):
+        def refuse_call(*args, **kwargs):
+            calls.append((name, args))
+            raise AssertionError(f"{name} called with {args!r}")
+        return refuse_call
+
+    def text_refused(name, original):
+        def guarded(value, *args, **kwargs):
+            if isinstance(value, str):
+                return refuse(name)(value)
+            return original(value, *args, **kwargs)
+        return guarded
+
+    real_compile = builtins.compile
+
+    def ast_only_compile(source, filename, mode, flags=0, *args, **kwargs):
+        if not flags & ast.PyCF_ONLY_AST:
+            return refuse("compile")(source)
+        return real_compile(source, filename, mode, flags, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "eval", refuse("eval"))
+    monkeypatch.setattr(builtins, "exec", refuse("exec"))
+    monkeypatch.setattr(builtins, "compile", ast_only_compile)
+    monkeypatch.setattr(sympy, "sympify", text_refused("sympify", sympy.sympify))
+    sympify_module = sys.modules["sympy.core.sympify"]
+    monkeypatch.setattr(sympify_module, "sympify", text_refused("sympify", sympify_module.sympify))
+    monkeypatch.setattr(sympy, "parse_expr", refuse("parse_expr"))
+    monkeypatch.setattr(sympy.parsing.sympy_parser, "parse_expr", refuse("parse_expr"))
+    return calls
+
+
+@pytest.mark.parametrize("text", ["x * tanh(softplus(x))", "atan2(y, x) + a * erf(x)**2", "-x**2 / (1 + exp(-y))"])
+def test_valid_expressions_parse_without_evaluating_text(no_evaluation, text):
+    assert isinstance(parse(text), sympy.Expr)
+    assert no_evaluation == []
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('touch PWNED')", "x^2", "sinn(x)", "eval('x')", "exp(1000)"])
+def test_invalid_expressions_are_refused_without_evaluating_text(no_evaluation, tmp_path, monkeypatch, text):
+    monkeypatch.chdir(tmp_path)
+    refused(text)
+    assert no_evaluation == []
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_the_guard_itself_catches_a_sympify_of_text(no_evaluation):
+    with pytest.raises(AssertionError):
+        sympy.sympify("x + 1")
+    assert no_evaluation == [("sympify", ("x + 1",))]
