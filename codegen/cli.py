@@ -45,6 +45,9 @@ def build(
     specs: Path = SPECS_ARG,
     output: Path = OUT_OPT,
     prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
+    no_rewrite: bool = typer.Option(
+        False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
+    ),
 ) -> None:
     """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
 
@@ -52,7 +55,7 @@ def build(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs))
+    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite))
     _check_output_dir(output)
     _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
     written = _io(output, lambda: write.write_files(output, files))
@@ -78,6 +81,7 @@ def build(
 def check(
     specs: Path = SPECS_ARG,
     output: Path = OUT_OPT,
+    no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
 ) -> None:
     """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
 
@@ -85,14 +89,14 @@ def check(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs))
+    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite))
     report = write.stale_files(output, files)
     if not report:
         typer.echo(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
     for rel, state in report:
         typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
-    command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}"
+    command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
     if any(state == "orphaned" for _, state in report):
         command += " --prune"
     typer.echo(f"dbgen: {len(report)} file(s) differ; run: {command}", err=True)

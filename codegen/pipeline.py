@@ -12,6 +12,7 @@ from . import __version__
 from .errors import Problem, SpecErrors
 from .expr import ExprError, parse_expr
 from .plan import make_plan
+from .rewrite import identity, stabilize
 from .render import render_init, render_module, render_tests
 from .spec import Spec, display_path, load_spec
 
@@ -58,14 +59,17 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[Spec]:
     return sorted(specs, key=lambda s: s.name)
 
 
-def generate(specs_path: Path, root: Path | None = None) -> dict[str, str]:
-    """Relative output path -> file content for every spec under ``specs_path``; all or nothing."""
+def generate(specs_path: Path, root: Path | None = None, rewrite: bool = True) -> dict[str, str]:
+    """Relative output path -> file content for every spec under ``specs_path``; all or nothing.
+
+    ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
+    """
     specs = load_specs(discover(specs_path), root)
     files: dict[str, str] = {}
     problems: list[Problem] = []
     for spec in specs:
         try:
-            files.update(generate_one(spec))
+            files.update(generate_one(spec, rewrite))
         except SpecErrors as errors:
             problems.extend(errors.problems)
     if problems:
@@ -75,10 +79,10 @@ def generate(specs_path: Path, root: Path | None = None) -> dict[str, str]:
     return files
 
 
-def generate_one(spec: Spec) -> dict[str, str]:
+def generate_one(spec: Spec, rewrite: bool = True) -> dict[str, str]:
     try:
         expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
     except ExprError as exc:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-    plan = make_plan(spec, expr)
+    plan = make_plan(spec, expr, stabilize if rewrite else identity)
     return {f"{spec.name}.py": render_module(plan), f"tests/test_{spec.name}.py": render_tests(plan)}

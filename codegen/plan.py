@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import sympy
 
 from . import symbolic
+from .rewrite import stabilize
 from .spec import Spec
 
 HELPERS = ("_broadcast", "_broadcast_all")
@@ -113,9 +114,10 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
+def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
+    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
-    strategy, reason = choose_strategy(spec, expr, inputs)
+    strategy, reason = choose_strategy(spec, expr, inputs, stable)
     namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
     local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
     camel = "".join(part.capitalize() for part in spec.name.split("_"))
@@ -123,9 +125,9 @@ def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
     bases = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, levels)]
     classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
     if strategy == "nested":
-        functions = _nested(classes, expr, inputs, spec.order, namer)
+        functions = _nested(classes, expr, inputs, spec.order, namer, stable)
     else:
-        functions = (_single_level(classes[0], strategy, expr, inputs, namer),)
+        functions = (_single_level(classes[0], strategy, expr, inputs, namer, stable),)
     derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
     return ModulePlan(
         spec=spec,
@@ -140,7 +142,7 @@ def make_plan(spec: Spec, expr: sympy.Expr) -> ModulePlan:
     )
 
 
-def choose_strategy(spec: Spec, expr: sympy.Expr, inputs) -> tuple[str, str]:
+def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> tuple[str, str]:
     """The strategy and a one-line reason: the spec's choice, or the rule for ``auto``.
 
     ``auto``, in order: save the output when the first derivative, written in terms of the
@@ -151,43 +153,50 @@ def choose_strategy(spec: Spec, expr: sympy.Expr, inputs) -> tuple[str, str]:
     """
     if spec.strategy != "auto":
         return spec.strategy, "chosen in the spec"
-    derivatives = [symbolic.clean(sympy.diff(expr, x)) for x in inputs]
+    forward = stable(expr)
+    derivatives = [stable(symbolic.clean(sympy.diff(expr, x))) for x in inputs]
     out = sympy.Symbol("_out", real=True)
-    rewritten = [symbolic.in_terms_of(d, [(out, expr)], exact=False) for d in derivatives]
+    rewritten = [symbolic.in_terms_of(d, [(out, forward)], exact=False) for d in derivatives]
     uses_output = any(out in d.free_symbols for d in rewritten)
     if uses_output and not any(symbolic.calls_on(d, inputs) for d in rewritten):
         return "save_outputs", "auto: the first derivative needs the output and no other function call"
-    if symbolic.shared_values(expr, derivatives, inputs):
+    if symbolic.shared_values(forward, derivatives, inputs):
         return "intermediates", "auto: forward and first derivative share function calls"
     if uses_output:
         return "save_outputs", "auto: the first derivative reuses the output"
     return "save_inputs", "auto: the first derivative shares nothing with the forward"
 
 
-def _single_level(classes, strategy, expr, inputs, namer: Namer) -> FunctionPlan:
-    """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops."""
-    forward_expr, extras = expr, ()
+def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:
+    """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops.
+
+    Derivatives are taken of the formulas as written (``raw``) and then stabilised; the shared
+    values and the output are found in, and saved from, the stabilised forms that run.
+    """
+    raw_forward, extras = expr, ()
     if strategy == "intermediates":
-        forward_expr, extras = _intermediates(expr, inputs)
+        raw_forward, extras = _intermediates(expr, inputs, stable)
+    forward = stable(raw_forward)
+    raw = [raw_forward, *extras]
 
     out = namer.fresh("out")
-    results = [_output(out, forward_expr, inputs)]
+    results = [_output(out, forward, inputs)]
     results += [Result(namer.fresh(_describe(value)), value) for value in extras]
     cotangents = tuple(namer.fresh(f"grad_{r.name}") for r in results)
-    gradients = symbolic.vjp([r.expr for r in results], _symbols(cotangents), list(inputs))
+    gradients = symbolic.vjp(raw, _symbols(cotangents), list(inputs))
 
     known = [(_symbol(r.name), r.expr) for r in results[1:]]
     if strategy in ("save_outputs", "intermediates"):
-        known.append((_symbol(out), forward_expr))
-    gradients = [symbolic.in_terms_of(g, known, exact=strategy != "save_outputs") for g in gradients]
+        known.append((_symbol(out), forward))
+    exact = strategy != "save_outputs"
+    gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
 
     used = set().union(*(g.free_symbols for g in gradients))
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
     backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)], taken=local.taken)
-    exact = strategy != "save_outputs"
-    tangents, jvp_block, saved_for_forward = _forward_mode(results, inputs, namer, known, exact)
+    tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, inputs, namer, known, exact, stable)
     return FunctionPlan(
         class_name=classes[0],
         compile_name=classes[1],
@@ -204,12 +213,15 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer) -> FunctionPlan
     )
 
 
-def _forward_mode(results: list[Result], inputs, namer: Namer, known, exact: bool):
-    """Tangent names, the jvp block (output tangents, in terms of saved values) and what it saves."""
+def _forward_mode(results: list[Result], raw, inputs, namer: Namer, known, exact: bool, stable):
+    """Tangent names, the jvp block (output tangents, in terms of saved values) and what it saves.
+
+    ``raw`` holds the results' formulas as written, which are differentiated, then stabilised.
+    """
     local = Namer(namer.taken)
     tangents = tuple(local.fresh(f"tangent_{x}") for x in inputs)
-    products = symbolic.jvp([r.expr for r in results], list(inputs), _symbols(tangents))
-    products = [symbolic.in_terms_of(p, known, exact=exact) for p in products]
+    products = symbolic.jvp(list(raw), list(inputs), _symbols(tangents))
+    products = [symbolic.in_terms_of(stable(p), known, exact=exact) for p in products]
     names = [local.fresh(f"tangent_{r.name}") for r in results]
     used = set().union(*(p.free_symbols for p in products))
     candidates = (*(str(x) for x in inputs), *(r.name for r in results))
@@ -218,22 +230,24 @@ def _forward_mode(results: list[Result], inputs, namer: Namer, known, exact: boo
     return tangents, block, saved
 
 
-def _intermediates(expr: sympy.Expr, inputs) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
-    """The forward to compute and the shared values to return with it.
+def _intermediates(expr: sympy.Expr, inputs, stable) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
+    """The forward to differentiate and the shared values (stabilised forms) to return with it.
 
     When the forward shares no function call with its derivative (sinh(x), whose derivative is
     cosh(x)), sinh and cosh are written through exp(u) and exp(-u), as the tutorial's Sinh does.
     """
-    first = [symbolic.clean(sympy.diff(expr, x)) for x in inputs]
-    shared = symbolic.shared_values(expr, first, inputs)
-    rewritten = symbolic.exp_form(expr)
-    if shared or rewritten == expr:
-        return expr, shared
-    first = [symbolic.clean(sympy.diff(rewritten, x)) for x in inputs]
-    return rewritten, symbolic.shared_values(rewritten, first, inputs)
+    candidates = [expr]
+    if stable(expr).has(sympy.sinh, sympy.cosh):  # not when a stable rewrite removed them (log(cosh(u)))
+        candidates.append(symbolic.exp_form(expr))
+    for forward in candidates:
+        first = [stable(symbolic.clean(sympy.diff(forward, x))) for x in inputs]
+        shared = symbolic.shared_values(stable(forward), first, inputs)
+        if shared:
+            return forward, shared
+    return expr, ()
 
 
-def _nested(classes, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, ...]:
+def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[FunctionPlan, ...]:
     """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
 
     Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
@@ -249,17 +263,20 @@ def _nested(classes, expr, inputs, order, namer: Namer) -> tuple[FunctionPlan, .
         products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
         gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
         last = level == order - 1
-        tangents, jvp_block, saved_for_forward = _forward_mode(results, _symbols(names), namer, [], True)
+        raw = [r.expr for r in results]
+        tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, _symbols(names), namer, [], True, stable)
+        printed = [Result(r.name, stable(r.expr), r.grad_of, r.broadcast) for r in results]
+        printed_gradients = [Result(g.name, stable(g.expr), g.grad_of) for g in gradients]
         functions.append(
             FunctionPlan(
                 class_name=classes[level][0],
                 compile_name=classes[level][1],
                 summary=_level_summary(level),
                 inputs=tuple(names),
-                forward=_block(results, taken=local.taken),
+                forward=_block(printed, taken=local.taken),
                 saved=tuple(names),
                 cotangents=cotangents,
-                backward=_block(gradients, taken=local.taken) if last else None,
+                backward=_block(printed_gradients, taken=local.taken) if last else None,
                 next_level=None if last else classes[level + 1][0],
                 tangents=tangents,
                 jvp=jvp_block,

@@ -154,8 +154,25 @@ class TorchPrinter(PythonCodePrinter):
             return f"torch.nn.functional.softplus({self._print(arg)})"
         return self._print(log1p(sympy.exp(arg)))
 
+    def _print_logaddexp(self, expr):
+        a, b = expr.args
+        if self.is_tensor(a) or self.is_tensor(b):
+            return f"torch.logaddexp({self._as_tensor(a, b)}, {self._as_tensor(b, a)})"
+        return self._print(sympy.Max(a, b) + log1p(sympy.exp(-sympy.Abs(a - b))))
+
+    def _print_hypot(self, expr):
+        a, b = expr.args
+        if self.is_tensor(a) or self.is_tensor(b):
+            return f"torch.hypot({self._as_tensor(a, b)}, {self._as_tensor(b, a)})"
+        return self._call("hypot", a, b)
+
+    def _print_Max(self, expr):
+        if any(self.is_tensor(arg) for arg in expr.args):
+            raise NotImplementedError("Max of tensors is not generated")
+        return f"max({', '.join(self._print(arg) for arg in expr.args)})"
+
     def _as_tensor(self, expr, other) -> str:
-        """atan2 needs two tensors: a float argument becomes a full tensor like the other."""
+        """atan2, logaddexp, hypot need two tensors: a float argument becomes a full tensor like the other."""
         if self.is_tensor(expr):
             return self._print(expr)
         return f"torch.full_like({self._print(other)}, {self._print(expr)})"

@@ -14,6 +14,7 @@ import sympy
 from . import __version__
 from .plan import Block, FunctionPlan, ModulePlan, Result
 from .printer import TorchPrinter
+from .spec import DEFAULT_DOMAIN
 
 MAX_DOC_FORMULA = 300
 
@@ -119,6 +120,7 @@ def render_tests(plan: ModulePlan) -> str:
         params={name: repr(v) for name, v in spec.params},
         domain={name: (repr(lo), repr(hi)) for name, (lo, hi) in spec.domain},
         shapes={name: repr(shape) for name, shape in zip(spec.inputs, shapes)},
+        stability_points={name: repr(_stability_points(bounds)) for name, bounds in spec.domain},
         strategy=plan.strategy,
     )
 
@@ -127,6 +129,14 @@ def render_init(names: list[str], specs_path: str, digest: str) -> str:
     return _environment().get_template("init.py.jinja").render(
         header=header(specs_path, digest), names=sorted(names)
     )
+
+
+def _stability_points(bounds: tuple[float, float]) -> tuple[float, ...]:
+    """The domain's ends; where the spec sets no domain (the default), also +-20, +-40, +-100."""
+    lo, hi = bounds
+    if bounds != DEFAULT_DOMAIN:
+        return (lo, hi)
+    return (-100.0, -40.0, -20.0, lo, hi, 20.0, 40.0, 100.0)
 
 
 def _test_shapes(count: int) -> list[tuple[int, ...]]:

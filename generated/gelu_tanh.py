@@ -46,7 +46,7 @@ class GeluTanhForCompile(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_t):
         x, t = ctx.saved_tensors
-        t0 = math.sqrt(2)*(1 - t**2)*(0.134145*x**2 + 1)/math.sqrt(math.pi)
+        t0 = math.sqrt(2)*(1 - t)*(t + 1)*(0.134145*x**2 + 1)/math.sqrt(math.pi)
         grad_x = grad_out*(0.5*t + 0.5*t0*x + 0.5) + grad_t*t0
         return grad_x
 
@@ -57,7 +57,7 @@ class GeluTanh(GeluTanhForCompile):
     @staticmethod
     def jvp(ctx, tangent_x):
         x, t = ctx.saved_tensors
-        t0 = math.sqrt(2)*(1 - t**2)*(0.134145*x**2 + 1)/math.sqrt(math.pi)
+        t0 = math.sqrt(2)*(1 - t)*(t + 1)*(0.134145*x**2 + 1)/math.sqrt(math.pi)
         tangent_out = tangent_x*(0.5*t + 0.5*t0*x + 0.5)
         tangent_t = t0*tangent_x
         return tangent_out, tangent_t

@@ -44,7 +44,7 @@ class MishForCompile(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_tanh_softplus_x):
         x, tanh_softplus_x = ctx.saved_tensors
-        t0 = (1 - tanh_softplus_x**2)*torch.sigmoid(x)
+        t0 = (1 - tanh_softplus_x)*(tanh_softplus_x + 1)*torch.sigmoid(x)
         grad_x = grad_out*(t0*x + tanh_softplus_x) + grad_tanh_softplus_x*t0
         return grad_x
 
@@ -55,7 +55,7 @@ class Mish(MishForCompile):
     @staticmethod
     def jvp(ctx, tangent_x):
         x, tanh_softplus_x = ctx.saved_tensors
-        t0 = (1 - tanh_softplus_x**2)*torch.sigmoid(x)
+        t0 = (1 - tanh_softplus_x)*(tanh_softplus_x + 1)*torch.sigmoid(x)
         tangent_out = tangent_x*(t0*x + tanh_softplus_x)
         tangent_tanh_softplus_x = t0*tangent_x
         return tangent_out, tangent_tanh_softplus_x

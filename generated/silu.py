@@ -45,7 +45,7 @@ class SiluForCompile(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_sigmoid_x):
         x, sigmoid_x = ctx.saved_tensors
-        t0 = sigmoid_x*(1 - sigmoid_x)
+        t0 = sigmoid_x*torch.sigmoid(-x)
         grad_x = grad_out*(sigmoid_x + t0*x) + grad_sigmoid_x*t0
         return grad_x
 
@@ -56,7 +56,7 @@ class Silu(SiluForCompile):
     @staticmethod
     def jvp(ctx, tangent_x):
         x, sigmoid_x = ctx.saved_tensors
-        t0 = sigmoid_x*(1 - sigmoid_x)
+        t0 = sigmoid_x*torch.sigmoid(-x)
         tangent_out = tangent_x*(sigmoid_x + t0*x)
         tangent_sigmoid_x = t0*tangent_x
         return tangent_out, tangent_sigmoid_x

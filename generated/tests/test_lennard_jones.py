@@ -8,7 +8,9 @@ the torch.func transforms and forward-mode AD, and torch.compile (marked `compil
 """
 
 import functools
+import hashlib
 import importlib.util
+import itertools
 import pathlib
 import sys
 
@@ -18,7 +20,9 @@ import torch.autograd.forward_ad as forward_ad
 import torch.func
 
 _PATH = pathlib.Path(__file__).resolve().parent.parent / "lennard_jones.py"
-_SPEC = importlib.util.spec_from_file_location("dbgen_generated_lennard_jones", _PATH)
+# One name per file: two generated packages may both have a lennard_jones.py
+_NAME = f"dbgen_generated_lennard_jones_{hashlib.sha256(str(_PATH).encode()).hexdigest()[:12]}"
+_SPEC = importlib.util.spec_from_file_location(_NAME, _PATH)
 generated = importlib.util.module_from_spec(_SPEC)
 sys.modules[_SPEC.name] = generated  # torch.compile looks Functions up by module name
 _SPEC.loader.exec_module(generated)
@@ -28,6 +32,8 @@ PARAMS = {"epsilon": 1.0, "sigma": 1.0}
 DOMAIN = {"r": (0.9, 2.5)}
 SHAPES = {"r": (3, 4)}
 RTOL, ATOL = 1e-7, 1e-9
+# float32 stability points per input: the domain's ends, and +-20, +-40, +-100 where the spec sets no domain
+STABILITY_POINTS = {"r": (0.9, 2.5)}
 
 
 def composed(r, *, epsilon=1.0, sigma=1.0):
@@ -171,3 +177,54 @@ def test_compile_fullgraph_forward_and_backward():
     expected_grads = torch.autograd.grad(expected.sum(), inputs, allow_unused=True, materialize_grads=True)
     torch.testing.assert_close(out, expected, rtol=RTOL, atol=ATOL)
     torch.testing.assert_close(grads, expected_grads, rtol=RTOL, atol=ATOL)
+
+
+def elementwise_derivatives(fn, inputs, order):
+    """[[value], [d/dx_i], [d2/dx_i dx_j], ...]: every partial derivative, elementwise, up to `order`."""
+    levels = [[fn(*inputs, **PARAMS)]]
+    for _ in range(order):
+        following = []
+        for derivative in levels[-1]:
+            if derivative.requires_grad:
+                following += torch.autograd.grad(
+                    derivative.sum(), inputs, create_graph=True, allow_unused=True, materialize_grads=True
+                )
+            else:
+                following += [torch.zeros_like(x) for x in inputs]
+        levels.append(following)
+    return levels
+
+
+def stability_points():
+    """Each input in turn at each of its stability points, the others at each end of their domain.
+
+    One far input at a time: with two far inputs the float64 reference itself can fail (autograd
+    through log(1 + exp(-x*y)) at x*y = -400 loses its second derivative to underflow).
+    """
+    names = list(STABILITY_POINTS)
+    rows = set()
+    for index, name in enumerate(names):
+        others = [DOMAIN[other] for other in names if other != name]
+        for value in STABILITY_POINTS[name]:
+            for ends in itertools.product(*others):
+                rows.add((*ends[:index], value, *ends[index:]))
+    return torch.tensor(sorted(rows), dtype=torch.float32).reshape(-1, len(names)).unbind(-1)
+
+
+def test_float32_is_finite_and_close_where_float64_is():
+    """Every order up to min(ORDER, 3) in float32 against the composed expression in float64."""
+    columns = stability_points()
+    ours = elementwise_derivatives(
+        generated.lennard_jones, [c.clone().requires_grad_() for c in columns], min(ORDER, 3)
+    )
+    truth = elementwise_derivatives(composed, [c.double().requires_grad_() for c in columns], min(ORDER, 3))
+    for order, (got_level, want_level) in enumerate(zip(ours, truth)):
+        for index, (got, want) in enumerate(zip(got_level, want_level)):
+            got, want = got.detach().double(), want.detach()
+            # compared where the truth is finite and a float32 can hold it
+            where = torch.isfinite(want) & (want.abs() <= torch.finfo(torch.float32).max)
+            error = (got - want).abs()
+            bound = 1e-4 * want.abs() + 1e-6 * want.abs().clamp(min=1)
+            bad = where & ~(error <= bound)
+            points = [c[bad].tolist() for c in columns]
+            assert not bad.any(), f"order {order}, derivative {index}: at {points} got {got[bad]}, want {want[bad]}"

@@ -1,0 +1,269 @@
+"""Numerically stable forms, rewritten in after differentiation, on the forward and every level.
+
+SymPy differentiates log(1 + exp(x)) into exp(x)/(exp(x) + 1), which is inf/inf = NaN in float32
+for x above 88. Rewriting the forward before differentiating is not enough (aesara-devs/aeppl#156):
+differentiation re-creates the unstable shapes. So the planner differentiates the formulas as
+written and passes every formula it is about to print through ``stabilize``.
+
+Each rule is a ``ReplaceOptim`` from ``sympy.codegen.rewriting`` (SymPy's own ``expm1_opt`` and
+``logaddexp_opt`` where they fit), applied bottom-up until nothing changes. Every rule returns a
+formula equal to its input wherever both are finite; ``tests/test_rewrite.py`` checks each one.
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.codegen.cfunctions import expm1, hypot, log1p
+from sympy.codegen.numpy_nodes import logaddexp
+from sympy.codegen.rewriting import ReplaceOptim, logaddexp_opt, optimize
+
+from .expr import sigmoid, softplus
+
+MAX_PASSES = 8
+
+
+def _is_exp(term) -> bool:
+    return isinstance(term, sympy.exp)
+
+
+def _exp_argument(term):
+    """u for exp(u), 0 for the constant 1 (= exp(0)); None for anything else."""
+    if _is_exp(term):
+        return term.args[0]
+    return sympy.S.Zero if term == 1 else None
+
+
+def _two_exponentials(base):
+    """(a, b) when ``base`` is exp(a) + exp(b) (1 counting as exp(0)), else None."""
+    if not base.is_Add or len(base.args) != 2:
+        return None
+    a, b = (_exp_argument(term) for term in base.args)
+    return None if a is None or b is None else (a, b)
+
+
+# log(1 + exp(u)) -> softplus(u): torch's softplus does not overflow.
+softplus_opt = ReplaceOptim(
+    lambda e: (isinstance(e, sympy.log) and _two_exponentials(e.args[0]) is not None
+               and sympy.S.Zero in _two_exponentials(e.args[0]))
+    or (isinstance(e, log1p) and _is_exp(e.args[0])),
+    lambda e: softplus(
+        e.args[0].args[0] if isinstance(e, log1p)
+        else sum(_two_exponentials(e.args[0]), sympy.S.Zero)
+    ),
+)
+
+# log(sigmoid(u)) -> -softplus(-u): the log-sigmoid without log(0) for very negative u.
+log_sigmoid_opt = ReplaceOptim(
+    lambda e: isinstance(e, sympy.log) and isinstance(e.args[0], sigmoid),
+    lambda e: -softplus(-e.args[0].args[0]),
+)
+
+# log(cosh(u)) -> |u| + softplus(-2|u|) - log(2): cosh(u) overflows long before log(cosh(u)) does.
+log_cosh_opt = ReplaceOptim(
+    lambda e: isinstance(e, sympy.log) and isinstance(e.args[0], sympy.cosh),
+    lambda e: sympy.Abs(e.args[0].args[0]) + softplus(-2 * sympy.Abs(e.args[0].args[0])) - sympy.log(2),
+)
+
+# log(1 + u) -> log1p(u): exact for small u.
+log1p_opt = ReplaceOptim(
+    lambda e: isinstance(e, sympy.log) and e.args[0].is_Add and sympy.S.One in e.args[0].args,
+    lambda e: log1p(e.args[0] - 1),
+)
+
+def _unit_pair(add, kind):
+    """(term, call, c) for a term c*kind(u) of ``add`` that also holds the constant -c, else None.
+
+    Such an ``add`` is rest + c*(kind(u) - 1).
+    """
+    for term in add.args:
+        coefficient, call = term.as_coeff_Mul()
+        if isinstance(call, kind) and coefficient != 0 and -coefficient in add.args:
+            return term, call, coefficient
+    return None
+
+
+def _replace_unit_pair(add, kind, minus_one):
+    """rest + c*(kind(u) - 1) -> rest + c*minus_one(u), where minus_one(u) equals kind(u) - 1."""
+    term, call, coefficient = _unit_pair(add, kind)
+    rest = add - term + coefficient
+    return rest + coefficient * minus_one(call.args[0])
+
+
+# 1 - sigmoid(u) -> sigmoid(-u), sigmoid(u) - 1 -> -sigmoid(-u): no cancellation near sigmoid(u) = 1.
+one_minus_sigmoid_opt = ReplaceOptim(
+    lambda e: e.is_Add and _unit_pair(e, sigmoid) is not None,
+    lambda e: _replace_unit_pair(e, sigmoid, lambda u: -sigmoid(-u)),
+)
+
+# exp(u) - 1 -> expm1(u), 1 - exp(u) -> -expm1(u): exact for small u.
+expm1_opt = ReplaceOptim(
+    lambda e: e.is_Add and _unit_pair(e, sympy.exp) is not None,
+    lambda e: _replace_unit_pair(e, sympy.exp, expm1),
+)
+
+
+def _sigmoid_form(factor):
+    """(exp(a) + exp(b))**-n as exp(-n*a) * sigmoid(a - b)**n for either choice of a."""
+    a, b = _two_exponentials(factor.base)
+    n = -factor.exp
+    return [sympy.exp(-n * first) * sigmoid(first - second) ** n for first, second in ((a, b), (b, a))]
+
+
+def _is_exp_denominator(factor) -> bool:
+    return (factor.is_Pow and factor.exp.is_Integer and factor.exp < 0
+            and _two_exponentials(factor.base) is not None)
+
+
+def _exponential_count(expr) -> int:
+    return sum(1 for node in sympy.preorder_traversal(expr) if _is_exp(node))
+
+
+def _sigmoid_product(mul):
+    """Each 1/(exp(a) + exp(b))**n factor as sigmoids, choosing the form that leaves fewest exp()."""
+    result = mul
+    for factor in [f for f in sympy.Mul.make_args(mul) if _is_exp_denominator(f)]:
+        rest = result / factor
+        result = min((rest * form for form in _sigmoid_form(factor)),
+                     key=lambda e: (_exponential_count(e), sympy.count_ops(e)))
+    return result
+
+
+# exp(u)/(1 + exp(u)) -> sigmoid(u), exp(a)/(exp(a) + exp(b)) -> sigmoid(a - b),
+# exp(-u)/(1 + exp(-u))**2 -> sigmoid(u)*sigmoid(-u): no inf/inf for large u.
+sigmoid_opt = ReplaceOptim(
+    lambda e: (e.is_Mul and any(_is_exp_denominator(f) for f in e.args)) or _is_exp_denominator(e),
+    _sigmoid_product,
+)
+
+
+def _absorb_exponential(mul):
+    """exp(-k*w) * sigmoid(w)**n -> sigmoid(-w)**k * sigmoid(w)**(n - k), for whole 0 < k <= n.
+
+    exp(-w) * sigmoid(w) = sigmoid(-w): the product no longer multiplies inf by 0.
+    """
+    factors = sympy.Mul.make_args(mul)
+    exponent = sympy.Add(*(f.args[0] for f in factors if _is_exp(f)))
+    rest = sympy.Mul(*(f for f in factors if not _is_exp(f)))
+    for factor in sympy.Mul.make_args(rest):
+        base, n = factor.as_base_exp()
+        if isinstance(base, sigmoid) and n.is_Integer and n > 0:
+            k = sympy.simplify(exponent / -base.args[0]) if base.args[0] != 0 else None
+            if k is not None and k.is_Integer and 0 < k <= n:
+                w = base.args[0]
+                return rest / factor * sigmoid(-w) ** k * sigmoid(w) ** (n - k)
+    return mul
+
+
+def _has_absorbable_exponential(mul) -> bool:
+    return mul.is_Mul and any(_is_exp(f) for f in mul.args) and _absorb_exponential(mul) != mul
+
+
+absorb_opt = ReplaceOptim(_has_absorbable_exponential, _absorb_exponential)
+
+
+def _tanh_ratio(mul):
+    """sinh(u)**p * cosh(u)**q with q < 0 -> tanh(u)**p * cosh(u)**(p + q)."""
+    factors = sympy.Mul.make_args(mul)
+    powers: dict = {}
+    for f in factors:
+        base, exponent = f.as_base_exp()
+        if isinstance(base, (sympy.sinh, sympy.cosh)):
+            powers.setdefault(base.args[0], {})[type(base)] = exponent
+    result = mul
+    for u, found in powers.items():
+        p, q = found.get(sympy.sinh), found.get(sympy.cosh)
+        if p is not None and q is not None and p.is_positive and q.is_negative:
+            result = result / (sympy.sinh(u) ** p * sympy.cosh(u) ** q) * sympy.tanh(u) ** p * sympy.cosh(u) ** (p + q)
+    return result
+
+
+def _has_tanh_ratio(mul) -> bool:
+    if not mul.is_Mul:
+        return False
+    bases = {}
+    for f in mul.args:
+        base, exponent = f.as_base_exp()
+        if isinstance(base, (sympy.sinh, sympy.cosh)):
+            bases.setdefault(base.args[0], {})[type(base)] = exponent
+    return any(
+        sympy.sinh in found and sympy.cosh in found and found[sympy.sinh].is_positive and found[sympy.cosh].is_negative
+        for found in bases.values()
+    )
+
+
+# sinh(u)/cosh(u) -> tanh(u): inf/inf = NaN for large u otherwise.
+tanh_opt = ReplaceOptim(_has_tanh_ratio, _tanh_ratio)
+
+
+def _one_minus_square(add):
+    """(c, u) when ``add`` is c*(1 - u**2) with c = +-1, else None."""
+    if len(add.args) != 2:
+        return None
+    for constant, square in (add.args, add.args[::-1]):
+        c = constant
+        coefficient, power = square.as_coeff_Mul()
+        if c in (1, -1) and coefficient == -c and power.is_Pow and power.exp == 2:
+            return c, power.base
+    return None
+
+
+# 1 - u**2 -> (1 - u)*(1 + u): exact near u = +-1, where asin, acos and atanh need it most.
+difference_of_squares_opt = ReplaceOptim(
+    lambda e: e.is_Add and _one_minus_square(e) is not None,
+    lambda e: _one_minus_square(e)[0] * sympy.Mul(1 - _one_minus_square(e)[1], 1 + _one_minus_square(e)[1],
+                                                   evaluate=False),
+)
+
+
+def _squares(base):
+    """(a, b) when ``base`` is a**2 + b**2, else None."""
+    if not base.is_Add or len(base.args) != 2:
+        return None
+    roots = []
+    for term in base.args:
+        if not (term.is_Pow and term.exp == 2):
+            return None
+        roots.append(term.base)
+    return tuple(roots)
+
+
+# sqrt(a**2 + b**2) -> hypot(a, b), and odd powers of it: a**2 overflows before the result does.
+hypot_opt = ReplaceOptim(
+    lambda e: e.is_Pow and e.exp.is_Rational and e.exp.q == 2 and _squares(e.base) is not None,
+    lambda e: hypot(*_squares(e.base)) ** (2 * e.exp),
+)
+
+# Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid.
+RULES = (
+    ("softplus", softplus_opt),
+    ("log_sigmoid", log_sigmoid_opt),
+    ("log_cosh", log_cosh_opt),
+    ("logaddexp", logaddexp_opt),
+    ("log1p", log1p_opt),
+    ("expm1", expm1_opt),
+    ("sigmoid", sigmoid_opt),
+    ("absorb_exp_into_sigmoid", absorb_opt),
+    ("one_minus_sigmoid", one_minus_sigmoid_opt),
+    ("tanh", tanh_opt),
+    ("hypot", hypot_opt),
+    ("difference_of_squares", difference_of_squares_opt),
+)
+
+
+def stabilize(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with every rule applied, bottom-up, until nothing changes."""
+    for _ in range(MAX_PASSES):
+        before = expr
+        for _, rule in RULES:
+            expr = optimize(expr, [rule])
+        if expr == before:
+            break
+    return expr
+
+
+def identity(expr: sympy.Expr) -> sympy.Expr:
+    """The ``--no-rewrite`` build: formulas exactly as SymPy differentiates them."""
+    return expr
+
+
+__all__ = ["stabilize", "identity", "RULES", "expm1", "log1p", "logaddexp", "hypot"]
