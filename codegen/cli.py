@@ -48,14 +48,19 @@ def build(
     no_rewrite: bool = typer.Option(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Generate specs in this many processes."),
+    force: bool = typer.Option(
+        False, "--force", help="Regenerate every spec, even those whose files carry an up-to-date header."
+    ),
 ) -> None:
     """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
 
-    Example: dbgen build specs/ -o generated
+    A spec whose files already carry its header (same spec hash, dbgen version and options) is
+    skipped. Example: dbgen build specs/ -o generated --jobs 2
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite))
+    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, jobs=jobs, reuse_from=None if force else output))
     _check_output_dir(output)
     _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
     written = _io(output, lambda: write.write_files(output, files))
@@ -97,10 +102,46 @@ def check(
     for rel, state in report:
         typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
     command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
+    if any(state == "stale" for _, state in report):
+        command += " --force"  # an edited file may still carry an up-to-date header
     if any(state == "orphaned" for _, state in report):
         command += " --prune"
     typer.echo(f"dbgen: {len(report)} file(s) differ; run: {command}", err=True)
     raise typer.Exit(1)
+
+
+@app.command()
+def bench(
+    specs: Path = SPECS_ARG,
+    size: int = typer.Option(2**20, "--size", help="Elements per input (each input has shape (SIZE,))."),
+    orders: str = typer.Option(
+        "0,1,2,3", "--orders", help="Derivative orders to run: 0 = W1 forward, 1 = W2, 2 = W3, 3 = W4."
+    ),
+    strategies: str = typer.Option(
+        "auto,save_inputs,save_outputs,intermediates,nested", "--strategies", help="Strategies to generate and time."
+    ),
+    threads: int = typer.Option(1, "--threads", help="torch.set_num_threads for the run."),
+    repeats: int = typer.Option(10, "--repeats", help="Interleaved timing repeats; the median is reported."),
+    report: Path = typer.Option(Path("bench/report.md"), "--report", help="Markdown report to write."),
+    plot: Path = typer.Option(Path("bench/plot.png"), "--plot", help="PNG plot to write (needs matplotlib)."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, float64, float16 or bfloat16."),
+) -> None:
+    """Time the generated Functions under each strategy against the composed expression and native op.
+
+    Prints a table, writes a markdown report and a plot. Example: dbgen bench specs/ --size 4096
+    """
+    from . import bench as benchmark
+
+    try:
+        config = benchmark.make_config(size, orders, strategies, threads, repeats, dtype, report, plot)
+        results = _run(lambda: benchmark.run(specs, config, echo=typer.echo))
+    except benchmark.BenchError as exc:
+        typer.echo(f"dbgen: {exc}", err=True)
+        raise typer.Exit(2) from None
+    _io(report, lambda: benchmark.write_report(results, report))
+    skipped = _io(plot, lambda: benchmark.write_plot(results, plot))
+    typer.echo(f"dbgen: report written to {report.as_posix()}")
+    typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}")
 
 
 def _run(action):

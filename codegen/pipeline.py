@@ -5,15 +5,13 @@ spec -> expr -> plan (symbolic inside) -> render. ``write`` and the CLI sit on t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
 from . import __version__
 from .errors import Problem, SpecErrors
-from .expr import ExprError, parse_expr
-from .plan import make_plan
-from .rewrite import identity, stabilize
-from .render import render_init, render_module, render_tests
+from .write import header
 from .spec import Spec, display_path, load_spec
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -39,13 +37,13 @@ def discover(specs: Path) -> list[Path]:
     return found
 
 
-def load_specs(paths: list[Path], root: Path | None = None) -> list[Spec]:
+def load_specs(paths: list[Path], root: Path | None = None, check_expr: bool = True) -> list[Spec]:
     """Load every spec, reporting every problem of every file together; names must be unique."""
     problems: list[Problem] = []
     specs: list[Spec] = []
     for path in paths:
         try:
-            specs.append(load_spec(path, display_path(path, root)))
+            specs.append(load_spec(path, display_path(path, root), check_expr))
         except SpecErrors as errors:
             problems.extend(errors.problems)
     first_seen: dict[str, Spec] = {}
@@ -59,30 +57,97 @@ def load_specs(paths: list[Path], root: Path | None = None) -> list[Spec]:
     return sorted(specs, key=lambda s: s.name)
 
 
-def generate(specs_path: Path, root: Path | None = None, rewrite: bool = True) -> dict[str, str]:
+def generate(
+    specs_path: Path,
+    root: Path | None = None,
+    rewrite: bool = True,
+    jobs: int = 1,
+    reuse_from: Path | None = None,
+) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path``; all or nothing.
 
     ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
+    ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
+    there already carry its header (same spec hash, version and options) is not generated again:
+    its files are read back.
     """
-    specs = load_specs(discover(specs_path), root)
+    paths = discover(specs_path)
+    try:
+        specs = load_specs(paths, root, check_expr=reuse_from is None)
+    except SpecErrors:
+        if reuse_from is None:
+            raise
+        load_specs(paths, root, check_expr=True)  # raises again, now with every expression's problems too
+        raise
     files: dict[str, str] = {}
-    problems: list[Problem] = []
+    todo = []
     for spec in specs:
-        try:
-            files.update(generate_one(spec, rewrite))
-        except SpecErrors as errors:
-            problems.extend(errors.problems)
+        kept = reusable_files(reuse_from, spec, spec.digest(__version__, rewrite)) if reuse_from else None
+        if kept is None:
+            todo.append(spec)
+        else:
+            files.update(kept)
+    problems: list[Problem] = []
+    for generated, found in _map(functools.partial(_generate_collecting, rewrite=rewrite), todo, jobs):
+        files.update(generated)
+        problems.extend(found)
     if problems:
         raise SpecErrors(problems)
-    digest = hashlib.sha256("".join(f"{s.name}:{s.digest(__version__)}\n" for s in specs).encode()).hexdigest()
+    digest = hashlib.sha256("".join(f"{s.name}:{s.digest(__version__, rewrite)}\n" for s in specs).encode()).hexdigest()
     files["__init__.py"] = render_init([s.name for s in specs], display_path(specs_path, root), digest)
     return files
 
 
+def render_init(names: list[str], specs_path: str, digest: str) -> str:
+    from .render import render_init as render
+
+    return render(names, specs_path, digest)
+
+
 def generate_one(spec: Spec, rewrite: bool = True) -> dict[str, str]:
+    """The module and test file of one spec (imports SymPy and the later stages on first use)."""
+    from .expr import ExprError, parse_expr
+    from .plan import make_plan
+    from .render import render_module, render_tests
+    from .rewrite import identity, stabilize
+
     try:
         expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
     except ExprError as exc:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
     plan = make_plan(spec, expr, stabilize if rewrite else identity)
-    return {f"{spec.name}.py": render_module(plan), f"tests/test_{spec.name}.py": render_tests(plan)}
+    digest = spec.digest(__version__, rewrite)
+    return {f"{spec.name}.py": render_module(plan, digest), f"tests/test_{spec.name}.py": render_tests(plan, digest)}
+
+
+def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
+    """The spec's generated files in ``out`` if both carry exactly the header a build would write."""
+    expected = header(spec.path, digest)
+    kept = {}
+    for rel in (f"{spec.name}.py", f"tests/test_{spec.name}.py"):
+        try:
+            text = (out / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not text.startswith(expected + "\n"):
+            return None
+        kept[rel] = text
+    return kept
+
+
+def _generate_collecting(spec: Spec, rewrite: bool) -> tuple[dict[str, str], list[Problem]]:
+    """generate_one, with problems returned rather than raised (they cross process boundaries)."""
+    try:
+        return generate_one(spec, rewrite), []
+    except SpecErrors as errors:
+        return {}, errors.problems
+
+
+def _map(function, items: list, jobs: int):
+    """``map`` in order, in ``jobs`` processes when there is more than one thing to do."""
+    if jobs <= 1 or len(items) <= 1:
+        return map(function, items)
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+        return list(pool.map(function, items))

@@ -21,7 +21,7 @@ import yaml
 
 from . import __version__
 from .errors import Problem, SpecErrors, did_you_mean
-from .expr import CONSTANTS, FUNCTIONS, ExprError, parse_expr
+from .language import CONSTANT_NAMES, FUNCTION_ARITY
 
 MAX_SPEC_BYTES = 64 * 1024
 MAX_ORDER = 8
@@ -48,7 +48,7 @@ _WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10))
 # Names the generated module itself defines or imports at top level.
 _MODULE_GLOBALS = {"torch", "math"}
 # Names an input or param may not take: they would shadow the language or the generated code.
-_RESERVED_SYMBOLS = set(FUNCTIONS) | set(CONSTANTS) | _MODULE_GLOBALS | {"ctx"}
+_RESERVED_SYMBOLS = set(FUNCTION_ARITY) | set(CONSTANT_NAMES) | _MODULE_GLOBALS | {"ctx"}
 _SCALAR_TAGS = {
     "tag:yaml.org,2002:str",
     "tag:yaml.org,2002:int",
@@ -102,9 +102,10 @@ class Spec:
             "fuse": self.fuse,
         }
 
-    def digest(self, version: str) -> str:
-        """sha256 of the canonical spec and the generator version: the staleness key."""
-        text = json.dumps({"spec": self.canonical(), "dbgen": version}, sort_keys=True)
+    def digest(self, version: str, rewrite: bool = True) -> str:
+        """sha256 of the canonical spec, the generator version and its options: the staleness key."""
+        key = {"spec": self.canonical(), "dbgen": version, **({} if rewrite else {"rewrite": False})}
+        text = json.dumps(key, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -143,8 +144,12 @@ def display_path(path: Path, root: Path | None = None) -> str:
     return rel.as_posix()
 
 
-def load_spec(path: Path, shown: str) -> Spec:
-    """Read, parse and validate one spec file; raise ``SpecErrors`` listing every problem."""
+def load_spec(path: Path, shown: str, check_expr: bool = True) -> Spec:
+    """Read, parse and validate one spec file; raise ``SpecErrors`` listing every problem.
+
+    ``check_expr=False`` parses the expression only when the file has other problems (to report
+    them all at once); a build that finds its output up to date then never imports SymPy.
+    """
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in shown):
         raise SpecErrors([Problem(repr(shown)[1:-1], 1, "the file name contains control characters; rename the file")])
     try:
@@ -159,7 +164,7 @@ def load_spec(path: Path, shown: str) -> Spec:
         line = raw[: exc.start].count(b"\n") + 1
         raise SpecErrors([Problem(shown, line, "the file is not valid UTF-8; save it as UTF-8")]) from None
     root = _compose(text, shown)
-    return _validate(root, shown)
+    return _validate(root, shown, check_expr)
 
 
 def _compose(text: str, shown: str) -> yaml.MappingNode:
@@ -333,7 +338,7 @@ class _Reader:
         return result
 
 
-def _validate(root: yaml.MappingNode, shown: str) -> Spec:
+def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Spec:
     reader = _Reader(shown)
     values: dict[str, yaml.Node] = {}
     lines: dict[str, int] = {}
@@ -366,7 +371,7 @@ def _validate(root: yaml.MappingNode, shown: str) -> Spec:
     if fields["fuse"]:
         reader.fail(values["fuse"], f"fuse: true (each level compiled into one kernel) is not available in dbgen "
                     f"{__version__} yet; remove the line or write 'fuse: false'")
-    if fields["expr"] is not None and inputs is not None and params_ok:
+    if fields["expr"] is not None and inputs is not None and params_ok and (check_expr or reader.problems):
         _check_expr(reader, lines["expr"], fields["expr"], inputs, tuple(name for name, _ in fields["params"]))
     if reader.problems:
         raise SpecErrors(reader.problems)
@@ -375,6 +380,8 @@ def _validate(root: yaml.MappingNode, shown: str) -> Spec:
 
 def _check_expr(reader: _Reader, line: int, text: str, inputs, params) -> None:
     """Parse the expression now, so that its problems are reported with the file's others."""
+    from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
+
     try:
         parse_expr(text, inputs, params)
     except ExprError as exc:

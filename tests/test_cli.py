@@ -286,7 +286,7 @@ def test_written_files_get_ordinary_permissions(specs_only):
     # a rewrite keeps the mode the file had
     os.chmod(out / "exp.py", 0o640)
     (out / "exp.py").write_text((out / "exp.py").read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
-    assert dbgen("build", "specs", "-o", "out", cwd=specs_only, umask=0o022).returncode == 0
+    assert dbgen("build", "specs", "-o", "out", "--force", cwd=specs_only, umask=0o022).returncode == 0
     assert stat.S_IMODE((out / "exp.py").stat().st_mode) == 0o640
     assert "# edited" not in (out / "exp.py").read_text(encoding="utf-8")
 
@@ -444,3 +444,45 @@ def test_generated_tests_pass(work):
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b\d+ passed\b", result.stdout) and " failed" not in result.stdout
+
+
+# --- build speed: skipping up-to-date specs, --force, --jobs -------------------------------------
+
+def test_unchanged_rebuild_skips_generation_and_force_restores_an_edited_file(specs_only):
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    module = specs_only / "out" / "square.py"
+    pristine = module.read_text()
+    module.write_text(pristine + "# hand edit\n")
+    again = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert again.returncode == 0 and "(0 file(s) written)" in again.stdout
+    assert module.read_text().endswith("# hand edit\n"), "the header is up to date, so build skips the spec"
+    check = dbgen("check", "specs", "-o", "out", cwd=specs_only)
+    assert check.returncode == 1 and "out/square.py: stale" in check.stderr and "--force" in check.stderr
+    assert dbgen("build", "specs", "-o", "out", "--force", cwd=specs_only).returncode == 0
+    assert module.read_text() == pristine
+
+
+def test_a_changed_spec_is_regenerated_and_only_it(specs_only):
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    spec = specs_only / "specs" / "square.yaml"
+    spec.write_text(spec.read_text().replace("order: 2", "order: 3"))
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 0 and "(3 file(s) written)" in result.stdout  # module, its tests, __init__
+    assert "ORDER = 3" in (specs_only / "out" / "square.py").read_text()
+
+
+def test_jobs_output_is_identical_to_a_serial_build(specs_only):
+    assert dbgen("build", "specs", "-o", "serial", cwd=specs_only).returncode == 0
+    assert dbgen("build", "specs", "-o", "parallel", "--jobs", "2", cwd=specs_only).returncode == 0
+    serial = {p.relative_to(specs_only / "serial"): p.read_bytes() for p in (specs_only / "serial").rglob("*.py")}
+    parallel = {p.relative_to(specs_only / "parallel"): p.read_bytes() for p in (specs_only / "parallel").rglob("*.py")}
+    assert serial == parallel
+
+
+def test_a_bad_expression_is_reported_with_other_files_problems_on_rebuild(specs_only):
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    (specs_only / "specs" / "bad_order.yaml").write_text("name: bad_order\nexpr: x\ninputs: [x]\norder: 99\n")
+    (specs_only / "specs" / "bad_expr.yaml").write_text("name: bad_expr\nexpr: x^2\ninputs: [x]\norder: 1\n")
+    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 2
+    assert "specs/bad_order.yaml:4:" in result.stderr and "specs/bad_expr.yaml:2:" in result.stderr
