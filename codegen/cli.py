@@ -49,6 +49,7 @@ def build(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Generate specs in this many processes."),
+    fuse: bool = typer.Option(False, "--fuse", help="Set 'fuse: true' on every spec (levels compiled into kernels)."),
     force: bool = typer.Option(
         False, "--force", help="Regenerate every spec, even those whose files carry an up-to-date header."
     ),
@@ -60,7 +61,7 @@ def build(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, jobs=jobs, reuse_from=None if force else output))
+    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, jobs=jobs, reuse_from=None if force else output, fuse=fuse))
     _check_output_dir(output)
     _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
     written = _io(output, lambda: write.write_files(output, files))
@@ -87,6 +88,7 @@ def check(
     specs: Path = SPECS_ARG,
     output: Path = OUT_OPT,
     no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
+    fuse: bool = typer.Option(False, "--fuse", help="Compare with what 'build --fuse' writes."),
 ) -> None:
     """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
 
@@ -94,7 +96,7 @@ def check(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite))
+    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, fuse=fuse))
     report = write.stale_files(output, files)
     if not report:
         typer.echo(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
@@ -102,6 +104,7 @@ def check(
     for rel, state in report:
         typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
     command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
+    command += " --fuse" if fuse else ""
     if any(state == "stale" for _, state in report):
         command += " --force"  # an edited file may still carry an up-to-date header
     if any(state == "orphaned" for _, state in report):

@@ -5,6 +5,7 @@ spec -> expr -> plan (symbolic inside) -> render. ``write`` and the CLI sit on t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from pathlib import Path
@@ -63,11 +64,12 @@ def generate(
     rewrite: bool = True,
     jobs: int = 1,
     reuse_from: Path | None = None,
+    fuse: bool = False,
 ) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path``; all or nothing.
 
     ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
-    ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
+    ``fuse=True`` (``--fuse``) sets ``fuse: true`` on every spec. ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
     there already carry its header (same spec hash, version and options) is not generated again:
     its files are read back.
     """
@@ -79,6 +81,8 @@ def generate(
             raise
         load_specs(paths, root, check_expr=True)  # raises again, now with every expression's problems too
         raise
+    if fuse:
+        specs = [dataclasses.replace(spec, fuse=True) for spec in specs]
     files: dict[str, str] = {}
     todo = []
     for spec in specs:

@@ -5,6 +5,7 @@ Python decides every line of code (printed by ``TorchPrinter``); the templates o
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,18 @@ class FunctionView:
     jvp_args: str
     jvp_lines: tuple[str, ...]
     jvp_return: str
+    kernels: tuple["KernelView", ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelView:
+    """A level's elementwise computation as a plain function, fused by ``_fused`` (spec ``fuse``)."""
+
+    name: str
+    args: str
+    doc: str
+    lines: tuple[str, ...]
+    returns: str
 
 
 def render_module(plan: ModulePlan, digest: str) -> str:
@@ -163,7 +176,7 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
     backward_lines, backward_return = _backward(fn, plan, printers)
     outputs = fn.outputs
     needs_output = any(name in fn.saved for name in outputs)
-    return FunctionView(
+    view = FunctionView(
         class_name=fn.class_name,
         summary=fn.summary,
         args=", ".join([*fn.inputs, *params]),
@@ -180,6 +193,27 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
         backward_return=backward_return,
         **_jvp_fields(fn, params, printers),
     )
+    return _fuse(view, fn, params) if plan.spec.fuse else view
+
+
+def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
+    """Move the forward's formulas, and a last level's backward formulas, into fused kernels."""
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in fn.class_name)
+    forward = KernelView(f"{snake}_forward", view.args, f"{fn.class_name}'s forward formulas.",
+                         view.forward_lines, view.forward_return)
+    kernels = [forward]
+    changes = dict(forward_lines=(), forward_return=f"{forward.name}({view.args})")
+    if fn.backward is not None:
+        grads = [r.name for r in fn.backward.results]
+        args = [*fn.cotangents, *fn.saved, *params]
+        ctx_prefix = tuple(f"{name} = ctx.{name}" for name in params)
+        body = tuple(line for line in view.backward_lines if line not in ctx_prefix)
+        backward = KernelView(f"{snake}_backward", ", ".join(args), f"{fn.class_name}'s backward formulas.",
+                              body, ", ".join(grads))
+        kernels.append(backward)
+        call_args = ", ".join([*fn.cotangents, *fn.saved, *(f"ctx.{name}" for name in params)])
+        changes.update(backward_lines=(f"{_unpack(grads) if len(grads) > 1 else grads[0]} = {backward.name}({call_args})",))
+    return dataclasses.replace(view, kernels=tuple(kernels), **changes)
 
 
 def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
@@ -255,8 +289,11 @@ def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, f
 
 
 def _helpers_used(views: list[FunctionView]) -> list[str]:
-    text = "\n".join(line for view in views for line in (*view.forward_lines, *view.backward_lines))
-    return [name for name in ("_broadcast_all",) if f"{name}(" in text]
+    lines = [line for view in views for line in (*view.forward_lines, *view.backward_lines)]
+    lines += [line for view in views for kernel in view.kernels for line in kernel.lines]
+    text = "\n".join(lines)
+    helpers = [name for name in ("_broadcast_all",) if f"{name}(" in text]
+    return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 
 
 def _unpack(names) -> str:

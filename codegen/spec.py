@@ -368,9 +368,6 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
-    if fields["fuse"]:
-        reader.fail(values["fuse"], f"fuse: true (each level compiled into one kernel) is not available in dbgen "
-                    f"{__version__} yet; remove the line or write 'fuse: false'")
     if fields["expr"] is not None and inputs is not None and params_ok and (check_expr or reader.problems):
         _check_expr(reader, lines["expr"], fields["expr"], inputs, tuple(name for name, _ in fields["params"]))
     if reader.problems:

@@ -188,7 +188,6 @@ CORPUS = [
     bad("fuse_string", spec("fuse_string", fuse='"true"'), (5, "fuse must be true or false (unquoted), not 'true'")),
     bad("fuse_number", spec("fuse_number", fuse="1"), (5, "fuse must be true or false")),
     bad("name_tests_folder", spec("name_tests_folder", name="tests"), (1, "generated tests folder")),
-    bad("fuse_true_not_yet_available", spec("fuse_true_not_yet_available", fuse="true"), (5, "is not available in dbgen")),
     # expressions
     expr("expr_caret", "x^2", "'^' is not power in dbgen (it is XOR in Python); write '**'"),
     expr("expr_caret_syntax", "x^^2", "syntax error"),
@@ -443,9 +442,9 @@ def test_a_spec_using_every_optional_key_loads(tmp_path):
     path = tmp_path / "full.yaml"
     path.write_text(spec(
         "full", expr="a * tanh(x) + eps * y", inputs="[x, y]", order="3", params="{a: 2, eps: 1e-3}",
-        strategy="nested", domain="{x: [-1.5e0, 1], y: [0.5, 2]}", doc="A full spec.", native="torch.tanh", fuse="false",
+        strategy="nested", domain="{x: [-1.5e0, 1], y: [0.5, 2]}", doc="A full spec.", native="torch.tanh", fuse="true",
     ))
     loaded = load_spec(path, "full.yaml")
     assert loaded.params == (("a", 2.0), ("eps", 0.001))
     assert loaded.domain == (("x", (-1.5, 1.0)), ("y", (0.5, 2.0)))
-    assert (loaded.strategy, loaded.native, loaded.fuse, loaded.doc) == ("nested", "torch.tanh", False, "A full spec.")
+    assert (loaded.strategy, loaded.native, loaded.fuse, loaded.doc) == ("nested", "torch.tanh", True, "A full spec.")

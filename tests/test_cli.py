@@ -120,7 +120,7 @@ def test_no_arguments_prints_help(tmp_path):
     assert "Usage" in text and "build" in text and "check" in text
 
 
-@pytest.mark.parametrize("command, options", [("build", ("--output", "--prune")), ("check", ("--output",))])
+@pytest.mark.parametrize("command, options", [("build", ("--output", "--prune", "--fuse", "--jobs", "--force", "--no-rewrite")), ("check", ("--output", "--fuse"))])
 def test_command_help(tmp_path, command, options):
     result = dbgen(command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -370,13 +370,12 @@ def test_check_sees_a_changed_spec(work):
     assert stderr_lines_with(result, "out/tests/test_sinh.py", "stale"), result.stderr
 
 
-def test_fuse_true_is_refused_until_it_is_implemented(specs_only):
-    spec = specs_only / "specs" / "square.yaml"
-    spec.write_text(spec.read_text() + "fuse: true\n")
-    result = dbgen("build", "specs", "-o", "out", cwd=specs_only)
-    assert result.returncode == 2
-    assert "specs/square.yaml:" in result.stderr and "fuse: true" in result.stderr and "not available" in result.stderr
-    assert not (specs_only / "out").exists()
+def test_fuse_flag_sets_fuse_on_every_spec_and_check_follows(specs_only):
+    assert dbgen("build", "specs", "--fuse", "-o", "out", cwd=specs_only).returncode == 0
+    assert "@_fused" in (specs_only / "out" / "square.py").read_text()
+    assert dbgen("check", "specs", "--fuse", "-o", "out", cwd=specs_only).returncode == 0
+    result = dbgen("check", "specs", "-o", "out", cwd=specs_only)
+    assert result.returncode == 1 and "square.py: stale" in result.stderr
 
 
 # --- errors ----------------------------------------------------------------------------------------

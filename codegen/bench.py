@@ -1,0 +1,669 @@
+"""``dbgen bench``: time, kernel ops, saved memory and graph size of the generated Functions.
+
+For each spec, the module is generated under every strategy asked for, into a temporary folder,
+and imported from there by path (a user's ``generated/`` folder is not needed). Each is compared
+with the composed expression (the ``composed`` function of the generated test file, differentiated
+by autograd) and with the spec's ``native`` op, on four workloads of inputs of N elements:
+
+- W1: forward alone, under ``torch.no_grad()``;
+- W2: the value and the first-order gradients for a random cotangent (``torch.autograd.grad``);
+- W3: first-order gradients with ``create_graph=True``, then the gradients of those;
+- W4: one level more (third order).
+
+Times are medians of interleaved repeats in one process, after a warm-up. Kernel ops, the bytes
+saved for backward and the autograd nodes are deterministic, so they are measured once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import itertools
+import math
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import __version__
+from .spec import STRATEGIES, Spec
+
+WORKLOADS = ("W1", "W2", "W3", "W4")  # W(k+1) takes derivatives of order k
+SUMMARY_WORKLOAD = "W3"
+COMPOSED, NATIVE = "composed", "native"
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+MIN_SAMPLE_SECONDS = 0.002  # shorter calls are looped within one sample
+SEED = 0
+# aten ops that run no kernel (views, detach, ...), left out of the op counts; `is_view` catches the rest
+NO_KERNEL = frozenset({
+    "view", "_unsafe_view", "expand", "detach", "alias", "t", "transpose", "permute", "unsqueeze", "squeeze",
+    "as_strided", "reshape", "_reshape_alias", "slice", "select", "unbind", "lift_fresh",
+})
+_module_ids = itertools.count()
+
+
+class BenchError(Exception):
+    """A problem with bench's arguments or environment: the CLI reports it on one line, exit 2."""
+
+
+# --------------------------------------------------------------------------------------------
+# configuration
+
+
+@dataclass(frozen=True)
+class Config:
+    size: int = 2**20
+    orders: tuple[int, ...] = (0, 1, 2, 3)
+    strategies: tuple[str, ...] = STRATEGIES
+    threads: int = 1
+    repeats: int = 10
+    dtype: str = "float32"
+    report: Path = Path("bench/report.md")
+    plot: Path = Path("bench/plot.png")
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(WORKLOADS[k] for k in self.orders)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    def command(self, specs: Path) -> str:
+        return (
+            f"dbgen bench {specs.as_posix()} --size {self.size} --orders {','.join(map(str, self.orders))} "
+            f"--strategies {','.join(self.strategies)} --threads {self.threads} --repeats {self.repeats} "
+            f"--dtype {self.dtype}"
+        )
+
+
+def make_config(size: int, orders: str, strategies: str, threads: int, repeats: int, dtype: str,
+                report: Path, plot: Path) -> Config:
+    """Validate the command-line values; a wrong one raises ``BenchError``."""
+    for name, value in (("--size", size), ("--threads", threads), ("--repeats", repeats)):
+        if value < 1:
+            raise BenchError(f"{name} must be a positive whole number, not {value}")
+    if dtype not in DTYPES:
+        raise BenchError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return Config(size, _parse_orders(orders), _parse_strategies(strategies), threads, repeats, dtype, report, plot)
+
+
+def _parse_orders(text: str) -> tuple[int, ...]:
+    try:
+        orders = {int(item) for item in _items(text)}
+    except ValueError:
+        orders = set()
+    if not orders or not orders <= set(range(len(WORKLOADS))):
+        raise BenchError(f"--orders takes derivative orders 0 to 3 (0 = W1, ..., 3 = W4) separated by commas, not {text!r}")
+    return tuple(sorted(orders))
+
+
+def _parse_strategies(text: str) -> tuple[str, ...]:
+    chosen = _items(text)
+    unknown = [s for s in chosen if s not in STRATEGIES]
+    if unknown or not chosen:
+        raise BenchError(f"--strategies takes some of {','.join(STRATEGIES)}, not {text!r}")
+    return tuple(s for s in STRATEGIES if s in chosen)
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# candidates: the generated module under each strategy, the composed expression, the native op
+
+
+@dataclass(frozen=True)
+class Candidate:
+    label: str
+    fn: Callable
+    note: str = ""  # the strategy a generated module actually uses, where it is not its label
+    same_as: str | None = None  # a candidate with identical code, measured once for both
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One spec and the candidates it is benchmarked with."""
+
+    spec: Spec
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def params(self) -> dict[str, float]:
+        return dict(self.spec.params)
+
+
+def load_specs(specs_path: Path) -> list[Spec]:
+    """The validated specs under SPECS; problems raise ``SpecErrors`` as in ``dbgen build``."""
+    from . import pipeline
+
+    return pipeline.load_specs(pipeline.discover(specs_path))
+
+
+def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path) -> Subject:
+    """Generate and import ``spec`` under each strategy; add the composed expression and the native op."""
+    modules = {s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies}
+    first = workdir / spec.name / strategies[0]
+    composed = import_path(first / "tests" / f"test_{spec.name}.py").composed
+    candidates = [Candidate(COMPOSED, composed)]
+    for strategy, module in modules.items():
+        concrete = module.STRATEGY
+        same_as = concrete if strategy == "auto" and concrete in modules else None
+        note = f"= {concrete}" if concrete != strategy else ""
+        candidates.append(Candidate(strategy, getattr(module, spec.name), note, same_as))
+    if spec.native:
+        candidates.append(Candidate(NATIVE, resolve_native(spec.native), spec.native))
+    return Subject(spec, tuple(candidates))
+
+
+def _generate_and_import(spec: Spec, folder: Path):
+    from . import pipeline
+
+    for rel, text in pipeline.generate_one(spec).items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return import_path(folder / f"{spec.name}.py")
+
+
+def import_path(path: Path):
+    """Import a file by path under a unique module name, registered in ``sys.modules``."""
+    name = f"dbgen_bench_{path.stem}_{next(_module_ids)}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        del sys.modules[name]
+        raise BenchError(
+            f"{exc.name} is not installed; bench imports the composed expression from the generated test "
+            f"file, which needs it: pip install 'dbgen[test]'"
+        ) from None
+    return module
+
+
+def resolve_native(name: str) -> Callable:
+    """``torch.nn.functional.mish`` -> the callable, by attribute lookup from ``torch`` only."""
+    return functools.reduce(getattr, name.split(".")[1:], torch)
+
+
+# --------------------------------------------------------------------------------------------
+# workloads
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Inputs drawn from the spec's domain and fixed random cotangents for every derivative level."""
+
+    tensors: tuple[torch.Tensor, ...]
+    cotangents: tuple[tuple[torch.Tensor, ...], ...]  # level 0: the output's; level k: the order-k gradients'
+
+    def storages(self) -> set[int]:
+        every = [*self.tensors, *itertools.chain.from_iterable(self.cotangents)]
+        return {t.untyped_storage().data_ptr() for t in every}
+
+
+def make_inputs(spec: Spec, size: int, dtype: torch.dtype, seed: int = SEED) -> Inputs:
+    generator = torch.Generator().manual_seed(seed)
+    domain = dict(spec.domain)
+    tensors = tuple(
+        _uniform(*domain[name], size, dtype, generator).requires_grad_() for name in spec.inputs
+    )
+    cotangents = [(torch.randn(size, generator=generator).to(dtype),)]
+    for _ in range(len(WORKLOADS) - 2):
+        cotangents.append(tuple(torch.randn(size, generator=generator).to(dtype) for _ in tensors))
+    return Inputs(tensors, tuple(cotangents))
+
+
+def _uniform(lo: float, hi: float, size: int, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
+    return (lo + (hi - lo) * torch.rand(size, generator=generator, dtype=torch.float64)).to(dtype)
+
+
+def derivatives(fn: Callable, inputs: Inputs, order: int, create_graph_last: bool = False):
+    """The value (order 0), or the gradients of order ``order`` contracted with the cotangents.
+
+    Every level but the last is taken with ``create_graph=True`` (the last too with
+    ``create_graph_last``). Order 0 runs under ``no_grad``: forward alone, as inference does.
+    """
+    if order == 0:
+        with torch.no_grad():
+            return (fn(*inputs.tensors),)
+    outputs = (fn(*inputs.tensors),)
+    for level in range(order):
+        pairs = [(o, c) for o, c in zip(outputs, inputs.cotangents[level]) if o is not None and o.requires_grad]
+        if not pairs:  # the derivatives vanish from here on
+            return ()
+        outputs = torch.autograd.grad(
+            [o for o, _ in pairs], inputs.tensors, [c for _, c in pairs],
+            create_graph=create_graph_last or level < order - 1, allow_unused=True,
+        )
+    return outputs
+
+
+def workload(fn: Callable, inputs: Inputs, order: int) -> Callable[[], object]:
+    return functools.partial(derivatives, fn, inputs, order)
+
+
+# --------------------------------------------------------------------------------------------
+# measures
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops that run a kernel: views, detach and other no-kernel ops are left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name not in NO_KERNEL and not func.is_view:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self) -> int:
+        return sum(self.ops.values())
+
+
+def count_ops(work: Callable[[], object]) -> int:
+    with OpCounter() as counter:
+        work()
+    return counter.count
+
+
+def saved_bytes(action: Callable[[], object], exclude: set[int] = frozenset()):
+    """(bytes, result): the unique storages autograd saves while ``action`` runs, by data pointer,
+    leaving out the storages in ``exclude`` (the inputs' and the cotangents')."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        result = action()  # kept alive until counted: no storage is freed and reused meanwhile
+    return sum(n for ptr, n in storages.items() if ptr and ptr not in exclude), result
+
+
+def graph_nodes(tensors) -> int:
+    """Unique autograd nodes reachable from the tensors' ``grad_fn`` (AccumulateGrad included)."""
+    stack = [t.grad_fn for t in tensors if t is not None and t.grad_fn is not None]
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(child for child, _ in node.next_functions if child is not None)
+    return len(seen)
+
+
+def graph_measures(fn: Callable, inputs: Inputs) -> dict[str, tuple[int, int]]:
+    """Workload -> (bytes saved, autograd nodes): W2, the forward graph (what forward saves);
+    W3, the graph of the first-order gradients taken with create_graph (forward and first backward)."""
+    exclude = inputs.storages()
+    forward_bytes, value = saved_bytes(lambda: (fn(*inputs.tensors),), exclude)
+    first_bytes, grads = saved_bytes(lambda: derivatives(fn, inputs, 1, create_graph_last=True), exclude)
+    return {"W2": (forward_bytes, graph_nodes(value)), "W3": (first_bytes, graph_nodes(grads))}
+
+
+def clock(work: Callable[[], object], loops: int) -> float:
+    start = time.perf_counter()
+    for _ in range(loops):
+        work()
+    return (time.perf_counter() - start) / loops
+
+
+def median_times(works: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Seconds per call of each work: the median of ``repeats`` samples, the works interleaved within
+    each repeat (in a rotating order), after a warm-up call that also sets how many calls a sample
+    takes (enough for ``MIN_SAMPLE_SECONDS``)."""
+    loops = {label: _loops_for(work) for label, work in works.items()}
+    labels = list(works)
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    for repeat in range(repeats):
+        shift = repeat % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            samples[label].append(clock(works[label], loops[label]))
+    return {label: statistics.median(values) for label, values in samples.items()}
+
+
+def _loops_for(work: Callable[[], object]) -> int:
+    work()  # warm-up
+    return max(1, math.ceil(MIN_SAMPLE_SECONDS / max(clock(work, 1), 1e-9)))
+
+
+def memory_pass_seconds(size: int, dtype: torch.dtype, repeats: int) -> float:
+    """One pass over memory for scale: ``torch.add(x, 1.0, out=buf)`` on ``size`` elements."""
+    x = torch.rand(size).to(dtype)
+    buf = torch.empty_like(x)
+    return median_times({"pass": lambda: torch.add(x, 1.0, out=buf)}, repeats)["pass"]
+
+
+# --------------------------------------------------------------------------------------------
+# running
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (spec, workload, candidate)."""
+
+    spec: str
+    workload: str
+    candidate: str
+    note: str
+    above_order: bool
+    seconds: float
+    ratio: float  # to the composed expression
+    passes: float  # seconds / one memory pass
+    ops: int
+    saved_bytes: int | None = None  # W2 and W3 rows only
+    nodes: int | None = None  # W2 and W3 rows only
+
+
+@dataclass
+class Results:
+    config: Config
+    specs_path: Path
+    pass_seconds: float
+    subjects: list[Subject] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+
+
+def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -> Results:
+    """Benchmark every spec under ``specs_path``, printing each spec's rows as they are measured."""
+    specs = load_specs(specs_path)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        with tempfile.TemporaryDirectory(prefix="dbgen-bench-") as tmp:
+            subjects = [make_subject(spec, config.strategies, Path(tmp)) for spec in specs]
+            results = Results(config, specs_path, memory_pass_seconds(config.size, config.torch_dtype, config.repeats))
+            echo(format_text_table([], header=True))
+            for subject in subjects:
+                rows = bench_subject(subject, config, results.pass_seconds)
+                results.subjects.append(subject)
+                results.rows.extend(rows)
+                echo(format_text_table(rows, header=False))
+    finally:
+        torch.set_num_threads(previous_threads)
+    echo("")
+    echo(format_text_summary(results))
+    return results
+
+
+def bench_subject(subject: Subject, config: Config, pass_seconds: float) -> list[Row]:
+    inputs = make_inputs(subject.spec, config.size, config.torch_dtype)
+    measured = [c for c in subject.candidates if c.same_as is None]
+    fns = {c.label: functools.partial(c.fn, **subject.params) for c in measured}
+    graphs = {label: graph_measures(fn, inputs) for label, fn in fns.items()}
+    rows = []
+    for order, name in zip(config.orders, config.workloads):
+        works = {label: workload(fn, inputs, order) for label, fn in fns.items()}
+        ops = {label: count_ops(work) for label, work in works.items()}
+        seconds = median_times(works, config.repeats)
+        for candidate in subject.candidates:
+            label = candidate.same_as or candidate.label
+            saved, nodes = graphs[label].get(name, (None, None))
+            rows.append(Row(
+                subject.spec.name, name, candidate.label, candidate.note, order > subject.spec.order,
+                seconds[label], seconds[label] / seconds[COMPOSED], seconds[label] / pass_seconds,
+                ops[label], saved, nodes,
+            ))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# summaries
+
+
+@dataclass(frozen=True)
+class Summary:
+    candidate: str
+    specs: int
+    time_ratio: float
+    op_ratio: float
+    native_specs: int = 0  # specs that name a native op, over which the next two are taken
+    time_vs_native: float | None = None
+    ops_vs_native: float | None = None
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summarize(rows: Sequence[Row], workload_name: str = SUMMARY_WORKLOAD) -> list[Summary]:
+    """Per candidate, geometric means over specs at one workload: time and kernel ops relative to the
+    composed expression, and (over the specs that name one) relative to the native op."""
+    at = [r for r in rows if r.workload == workload_name]
+    by_spec: dict[str, dict[str, Row]] = {}
+    for r in at:
+        by_spec.setdefault(r.spec, {})[r.candidate] = r
+    summaries = []
+    for candidate in dict.fromkeys(r.candidate for r in at):
+        mine = [(cells[candidate], cells) for cells in by_spec.values() if candidate in cells]
+        with_native = [(r, cells[NATIVE]) for r, cells in mine if NATIVE in cells]
+        summaries.append(Summary(
+            candidate, len(mine),
+            geometric_mean([r.ratio for r, _ in mine]),
+            geometric_mean([_ratio(r.ops, cells[COMPOSED].ops) for r, cells in mine]),
+            len(with_native),
+            geometric_mean([r.seconds / n.seconds for r, n in with_native]) if with_native else None,
+            geometric_mean([_ratio(r.ops, n.ops) for r, n in with_native]) if with_native else None,
+        ))
+    return summaries
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else float("nan") if a else 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# tables, report, plot
+
+ROW_COLUMNS = ("spec", "workload", "candidate", "time ms", "passes", "× composed", "kernel ops", "saved MiB", "nodes")
+SUMMARY_COLUMNS = ("candidate", "specs", "time × composed", "ops × composed", "specs with native",
+                   "time × native", "ops × native")
+
+
+def row_cells(row: Row) -> list[str]:
+    workload_name = row.workload + ("*" if row.above_order else "")
+    candidate = f"{row.candidate} ({row.note})" if row.note else row.candidate
+    return [
+        row.spec, workload_name, candidate, f"{row.seconds * 1e3:.3f}", f"{row.passes:.1f}", f"{row.ratio:.2f}",
+        str(row.ops), _optional(row.saved_bytes, lambda b: f"{b / 2**20:.3g}"), _optional(row.nodes, str),
+    ]
+
+
+def summary_cells(s: Summary) -> list[str]:
+    return [
+        s.candidate, str(s.specs), f"{s.time_ratio:.2f}", f"{s.op_ratio:.2f}", str(s.native_specs),
+        _optional(s.time_vs_native, lambda v: f"{v:.2f}"), _optional(s.ops_vs_native, lambda v: f"{v:.2f}"),
+    ]
+
+
+def _optional(value, fmt) -> str:
+    return "-" if value is None else fmt(value)
+
+
+def format_text_table(rows: Sequence[Row], header: bool = True) -> str:
+    widths = (14, 8, 36, 10, 8, 10, 10, 9, 6)
+    lines = [_text_line(ROW_COLUMNS, widths)] if header else []
+    lines += [_text_line(row_cells(r), widths) for r in rows]
+    return "\n".join(lines)
+
+
+def format_text_summary(results: Results) -> str:
+    summaries = summarize(results.rows)
+    if not summaries:
+        return f"(no geometric means: {SUMMARY_WORKLOAD} was not run)"
+    widths = (14, 6, 16, 15, 18, 14, 13)
+    lines = [f"geometric means over specs at {SUMMARY_WORKLOAD}:", _text_line(SUMMARY_COLUMNS, widths)]
+    return "\n".join(lines + [_text_line(summary_cells(s), widths) for s in summaries])
+
+
+def _text_line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+
+def markdown_table(columns: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    out = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    return "\n".join(out + ["| " + " | ".join(cells) + " |" for cells in lines])
+
+
+def report_markdown(results: Results) -> str:
+    config = results.config
+    parts = [
+        "# dbgen bench",
+        f"`{config.command(results.specs_path)}`",
+        markdown_table(("setting", "value"), _settings(results)),
+        _WORKLOAD_TEXT,
+        f"## Geometric means over specs at {SUMMARY_WORKLOAD}",
+        _summary_section(results.rows),
+        f"## {SUMMARY_WORKLOAD} at a glance: time × composed (kernel ops × composed)",
+        _glance_table(results),
+        "## Per spec",
+    ]
+    for subject in results.subjects:
+        spec = subject.spec
+        native = f"; native `{spec.native}`" if spec.native else ""
+        parts.append(f"### {spec.name} (order {spec.order}{native})")
+        rows = [r for r in results.rows if r.spec == spec.name]
+        parts.append(markdown_table(ROW_COLUMNS[1:], [row_cells(r)[1:] for r in rows]))
+    return "\n\n".join(parts) + "\n"
+
+
+def _settings(results: Results) -> list[tuple[str, str]]:
+    config = results.config
+    return [
+        ("dbgen", __version__),
+        ("torch", torch.__version__),
+        ("threads", str(config.threads)),
+        ("size", f"{config.size} elements per input"),
+        ("dtype", config.dtype),
+        ("repeats", f"{config.repeats} (median of interleaved repeats in one process, after a warm-up)"),
+        ("memory pass", f"{results.pass_seconds * 1e3:.4f} ms: `torch.add(x, 1.0, out=buf)` on the same size and dtype"),
+        ("workloads", ", ".join(config.workloads)),
+        ("strategies", ", ".join(config.strategies)),
+    ]
+
+
+_WORKLOAD_TEXT = """\
+Workloads, on inputs of `size` elements drawn from each spec's domain, params at their defaults:
+W1 forward alone (`torch.no_grad()`); W2 the value and the first-order gradients for a random
+cotangent (`torch.autograd.grad`); W3 first-order gradients with `create_graph=True`, then the
+gradients of those for random cotangents (second order); W4 one level more (third order). A `*`
+marks a workload above the spec's `order`: the generated code is still correct there (its last
+level is written in differentiable torch ops), but not with explicit formulas.
+
+Columns: `time ms` is the median time of one call; `passes` is that time in memory passes (the
+time of the memory pass above); `× composed` is the time relative to autograd through the composed
+expression; `kernel ops` counts the aten ops dispatched that run a kernel (views and detach left
+out); `saved MiB` is the memory autograd saves, unique storages other than the inputs' and the
+cotangents' (W2: what forward saves; W3: what forward and the first backward with
+`create_graph=True` save together); `nodes` counts the autograd nodes reachable from the outputs
+(W2: the forward graph; W3: the graph of the first-order gradients). `auto (= X)` has the code of
+strategy X and shares its measures."""
+
+
+def _summary_section(rows: Sequence[Row]) -> str:
+    summaries = summarize(rows)
+    if not summaries:
+        return f"({SUMMARY_WORKLOAD} was not run.)"
+    return markdown_table(SUMMARY_COLUMNS, [summary_cells(s) for s in summaries])
+
+
+def _glance_table(results: Results) -> str:
+    at = [r for r in results.rows if r.workload == SUMMARY_WORKLOAD]
+    if not at:
+        return f"({SUMMARY_WORKLOAD} was not run.)"
+    candidates = list(dict.fromkeys(r.candidate for r in at if r.candidate != COMPOSED))
+    lines = []
+    for subject in results.subjects:
+        cells = {r.candidate: r for r in at if r.spec == subject.spec.name}
+        composed_ops = cells[COMPOSED].ops
+        lines.append([subject.spec.name, str(subject.spec.order)] + [
+            f"{cells[c].ratio:.2f} ({_ratio(cells[c].ops, composed_ops):.2f})" if c in cells else "-" for c in candidates
+        ])
+    return markdown_table(("spec", "order", *candidates), lines)
+
+
+def write_report(results: Results, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report_markdown(results), encoding="utf-8")
+
+
+def write_plot(results: Results, path: Path) -> str | None:
+    """A panel per spec: time relative to composed by workload, a line per strategy and native.
+    Returns why the plot was skipped, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'dbgen[bench]')"
+    subjects = results.subjects
+    columns = min(4, len(subjects))
+    nrows = math.ceil(len(subjects) / columns)
+    fig, axes = plt.subplots(nrows, columns, figsize=(4 * columns, 3.2 * nrows), squeeze=False)
+    for ax, subject in zip(axes.flat, subjects):
+        _plot_panel(ax, subject, results)
+    for ax in list(axes.flat)[len(subjects):]:
+        ax.set_visible(False)
+    legend = {}
+    for ax in axes.flat:
+        legend.update(zip(*reversed(ax.get_legend_handles_labels())))
+    fig.legend(legend.values(), legend.keys(), loc="center right", frameon=False)
+    config = results.config
+    fig.suptitle(f"time relative to the composed expression\n{config.size} elements, {config.dtype}, "
+                 f"{config.threads} thread(s); grey: workloads above the spec's order", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+# one colour per strategy in every panel; auto is a wide grey band under the strategy it resolves to
+_PLOT_STYLES = {
+    "auto": {"color": "0.5", "linewidth": 7, "alpha": 0.3, "zorder": 1},
+    "save_inputs": {"color": "C0"},
+    "save_outputs": {"color": "C1"},
+    "intermediates": {"color": "C2"},
+    "nested": {"color": "C3"},
+    NATIVE: {"color": "black", "linestyle": "--"},
+}
+
+
+def _plot_panel(ax, subject: Subject, results: Results) -> None:
+    from matplotlib import ticker
+
+    workloads = results.config.workloads
+    rows = {(r.workload, r.candidate): r for r in results.rows if r.spec == subject.spec.name}
+    ax.axhline(1.0, color="black", linewidth=1, label=COMPOSED)
+    for candidate in subject.candidates:
+        if candidate.label == COMPOSED:
+            continue
+        ratios = [rows[(w, candidate.label)].ratio for w in workloads]
+        ax.plot(workloads, ratios, marker="o", label=candidate.label, **_PLOT_STYLES.get(candidate.label, {}))
+    above = [w for w in workloads if WORKLOADS.index(w) > subject.spec.order]
+    if above:
+        ax.axvspan(workloads.index(above[0]) - 0.5, len(workloads) - 0.5, color="0.9", zorder=0)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_title(f"{subject.spec.name} (order {subject.spec.order})")
+    ax.grid(True, which="both", alpha=0.3)
