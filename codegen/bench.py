@@ -102,7 +102,7 @@ def _parse_orders(text: str) -> tuple[int, ...]:
     except ValueError:
         orders = set()
     if not orders or not orders <= set(range(len(WORKLOADS))):
-        raise BenchError(f"--orders takes derivative orders 0 to 3 (0 = W1, ..., 3 = W4) separated by commas, not {text!r}")
+        raise BenchError(f"--orders takes derivative orders 0 to 3 (0 = W1, ..., 3 = W4), comma-separated, not {text!r}")
     return tuple(sorted(orders))
 
 
@@ -151,7 +151,9 @@ def load_specs(specs_path: Path) -> list[Spec]:
 
 def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path) -> Subject:
     """Generate and import ``spec`` under each strategy; add the composed expression and the native op."""
-    modules = {s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies}
+    modules = {
+        s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies
+    }
     first = workdir / spec.name / strategies[0]
     composed = import_path(first / "tests" / f"test_{spec.name}.py").composed
     candidates = [Candidate(COMPOSED, composed)]
@@ -194,7 +196,10 @@ def import_path(path: Path):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, by attribute lookup from ``torch`` only."""
-    return functools.reduce(getattr, name.split(".")[1:], torch)
+    try:
+        return functools.reduce(getattr, name.split(".")[1:], torch)
+    except AttributeError:
+        raise BenchError(f"native: {name} is not in torch {torch.__version__}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,7 +394,8 @@ def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -
     try:
         with tempfile.TemporaryDirectory(prefix="dbgen-bench-") as tmp:
             subjects = [make_subject(spec, config.strategies, Path(tmp)) for spec in specs]
-            results = Results(config, specs_path, memory_pass_seconds(config.size, config.torch_dtype, config.repeats))
+            pass_seconds = memory_pass_seconds(config.size, config.torch_dtype, config.repeats)
+            results = Results(config, specs_path, pass_seconds)
             echo(format_text_table([], header=True))
             for subject in subjects:
                 rows = bench_subject(subject, config, results.pass_seconds)
@@ -553,7 +559,7 @@ def _settings(results: Results) -> list[tuple[str, str]]:
         ("size", f"{config.size} elements per input"),
         ("dtype", config.dtype),
         ("repeats", f"{config.repeats} (median of interleaved repeats in one process, after a warm-up)"),
-        ("memory pass", f"{results.pass_seconds * 1e3:.4f} ms: `torch.add(x, 1.0, out=buf)` on the same size and dtype"),
+        ("memory pass", f"{results.pass_seconds * 1e3:.4f} ms: `torch.add(x, 1.0, out=buf)`, same size and dtype"),
         ("workloads", ", ".join(config.workloads)),
         ("strategies", ", ".join(config.strategies)),
     ]
@@ -594,7 +600,8 @@ def _glance_table(results: Results) -> str:
         cells = {r.candidate: r for r in at if r.spec == subject.spec.name}
         composed_ops = cells[COMPOSED].ops
         lines.append([subject.spec.name, str(subject.spec.order)] + [
-            f"{cells[c].ratio:.2f} ({_ratio(cells[c].ops, composed_ops):.2f})" if c in cells else "-" for c in candidates
+            f"{cells[c].ratio:.2f} ({_ratio(cells[c].ops, composed_ops):.2f})" if c in cells else "-"
+            for c in candidates
         ])
     return markdown_table(("spec", "order", *candidates), lines)
 
@@ -647,6 +654,9 @@ _PLOT_STYLES = {
 }
 
 
+_RATIO_TICKS = [m * 10.0**e for e in (-2, -1, 0, 1, 2) for m in (1, 1.5, 2, 3, 5, 7)]
+
+
 def _plot_panel(ax, subject: Subject, results: Results) -> None:
     from matplotlib import ticker
 
@@ -662,8 +672,8 @@ def _plot_panel(ax, subject: Subject, results: Results) -> None:
     if above:
         ax.axvspan(workloads.index(above[0]) - 0.5, len(workloads) - 0.5, color="0.9", zorder=0)
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_locator(ticker.FixedLocator(_RATIO_TICKS))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.yaxis.set_minor_locator(ticker.NullLocator())
     ax.set_title(f"{subject.spec.name} (order {subject.spec.order})")
     ax.grid(True, which="both", alpha=0.3)

@@ -65,6 +65,9 @@ class FunctionPlan:
     tangents: tuple[str, ...]
     jvp: Block
     saved_for_forward: tuple[str, ...]
+    # intermediates: per gradient, (cotangent, name of d(output)/d(input) in ``backward``) for each
+    # cotangent that contributes; cotangents of unused outputs arrive as None and are skipped
+    accumulations: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -145,11 +148,12 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
 def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> tuple[str, str]:
     """The strategy and a one-line reason: the spec's choice, or the rule for ``auto``.
 
-    ``auto``, in order: save the output when the first derivative, written in terms of the
-    output, recomputes no function of the inputs (exp, tanh, sigmoid, exp(-gamma*(x-y)**2));
-    else return the shared intermediates when forward and first derivative share function
-    calls (mish, gelu_tanh, x*exp(x)); else save the output if the derivative reuses it at all;
-    else save the inputs. ``nested`` is chosen only on request: it pays a Function per level.
+    ``auto`` saves the output when the first derivative, written in terms of the output, needs
+    no other function call of the inputs (exp, tanh, sigmoid): backward then recomputes nothing.
+    Otherwise it saves the inputs. Measured with ``dbgen bench`` (eager, 2**20 float32 elements),
+    returning shared intermediates or saving the output alongside the inputs cost more at second
+    order than recomputing from the inputs (mish, silu, gelu_tanh, gaussian_rbf), and ``nested``
+    pays a Function per level; both stay available on request.
     """
     if spec.strategy != "auto":
         return spec.strategy, "chosen in the spec"
@@ -160,11 +164,7 @@ def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> t
     uses_output = any(out in d.free_symbols for d in rewritten)
     if uses_output and not any(symbolic.calls_on(d, inputs) for d in rewritten):
         return "save_outputs", "auto: the first derivative needs the output and no other function call"
-    if symbolic.shared_values(forward, derivatives, inputs):
-        return "intermediates", "auto: forward and first derivative share function calls"
-    if uses_output:
-        return "save_outputs", "auto: the first derivative reuses the output"
-    return "save_inputs", "auto: the first derivative shares nothing with the forward"
+    return "save_inputs", "auto: backward recomputes from the inputs, the cheapest at second order when measured"
 
 
 def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:
@@ -190,12 +190,18 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         known.append((_symbol(out), forward))
     exact = strategy != "save_outputs"
     gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
-
-    used = set().union(*(g.free_symbols for g in gradients))
-    saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
-    backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)], taken=local.taken)
+    accumulations = ()
+    if len(results) > 1:
+        backward, accumulations = _accumulated_backward(results, raw, cotangents, inputs, grad_names, local,
+                                                        known, stable)
+    else:
+        backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
+                          taken=local.taken)
+    used = {s for _, v in backward.temporaries for s in v.free_symbols}
+    used |= {s for r in backward.results for s in r.expr.free_symbols}
+    saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, inputs, namer, known, exact, stable)
     return FunctionPlan(
         class_name=classes[0],
@@ -210,7 +216,30 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         tangents=tangents,
         jvp=jvp_block,
         saved_for_forward=saved_for_forward,
+        accumulations=accumulations,
     )
+
+
+def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: Namer, known, stable):
+    """The backward of a Function with extra outputs, term by term.
+
+    Each term d(output)/d(input) is CSE'd without its cotangent, so that a cotangent that arrives
+    as None (the caller never used that output) costs nothing: no zero-filled tensor, no product.
+    An input no output depends on still gets a zero gradient of its own shape.
+    """
+    terms, accumulations = [], []
+    for x, grad_name in zip(inputs, grad_names):
+        contributions = []
+        for result, expr, cotangent in zip(results, raw, cotangents):
+            partial = symbolic.in_terms_of(stable(symbolic.clean(sympy.diff(expr, x))), known, exact=True)
+            if partial != 0:
+                name = local.fresh(f"d{result.name}_d{x}")
+                terms.append(Result(name, partial))
+                contributions.append((cotangent, name))
+        if not contributions:
+            terms.append(Result(grad_name, sympy.S.Zero, str(x)))
+        accumulations.append((grad_name, tuple(contributions)))
+    return _block(terms, taken=local.taken, inline=True), tuple(accumulations)
 
 
 def _forward_mode(results: list[Result], raw, inputs, namer: Namer, known, exact: bool, stable):
@@ -313,14 +342,17 @@ _SUMMARIES = {
 }
 
 
-def _block(results: list[Result], taken) -> Block:
-    """CSE over the results, with temporaries named after what they hold."""
+def _block(results: list[Result], taken, inline: bool = False) -> Block:
+    """CSE over the results, with temporaries named after what they hold.
+
+    ``inline``: the results are printed where they are used, so none claims a temporary's name.
+    """
     replacements, reduced = symbolic.common_subexpressions([r.expr for r in results])
     namer = Namer({*taken, *(r.name for r in results)})
     # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
     claimed = {}
     for r, e in zip(results, reduced):
-        if e in dict(replacements) and e not in claimed and r.grad_of is None and not r.broadcast:
+        if not inline and e in dict(replacements) and e not in claimed and r.grad_of is None and not r.broadcast:
             claimed[e] = r.name
     names: dict[sympy.Symbol, sympy.Symbol] = {}
     temporaries = []

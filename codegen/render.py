@@ -186,7 +186,8 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: lis
         output_unpack=((_unpack(outputs) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
-        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params),
+        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params)
+        + (("ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None",) if fn.accumulations else ()),
         compile_name=fn.compile_name,
         cotangents=", ".join(fn.cotangents),
         backward_lines=tuple(backward_lines),
@@ -204,7 +205,7 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
     kernels = [forward]
     changes = dict(forward_lines=(), forward_return=f"{forward.name}({view.args})")
     if fn.backward is not None:
-        grads = [r.name for r in fn.backward.results]
+        grads = [grad for grad, _ in fn.accumulations] or [r.name for r in fn.backward.results]
         args = [*fn.cotangents, *fn.saved, *params]
         ctx_prefix = tuple(f"{name} = ctx.{name}" for name in params)
         body = tuple(line for line in view.backward_lines if line not in ctx_prefix)
@@ -220,6 +221,9 @@ def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
     printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward])
     printers.append(printer)
     lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.jvp)]
+    if fn.accumulations and len(fn.tangents) > 1:
+        # gradients are not materialized here, and neither are tangents: a non-dual input's is None
+        lines.append(f"{_unpack(fn.tangents)} = _zero_missing(({_unpack(fn.tangents)}))")
     lines += _block_lines(fn.jvp, printer, in_scope=(*fn.tangents, *fn.saved_for_forward), anchor=fn.tangents[0],
                           forward=False)
     return {
@@ -248,10 +252,32 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         return lines, ", ".join([*nxt.outputs, *nones])
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved])
     printers.append(printer)
+    if fn.accumulations:
+        lines += _accumulation_lines(fn, printer)
+        return lines, ", ".join([*(grad for grad, _ in fn.accumulations), *nones])
     lines += _block_lines(
         fn.backward, printer, in_scope=(*fn.cotangents, *fn.saved), anchor=fn.cotangents[0], forward=False
     )
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
+
+
+def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
+    """Each gradient as the sum of the terms whose cotangent arrived (None: that output went unused)."""
+    terms = {r.name: r.expr for r in fn.backward.results}
+    lines = [f"{name} = {printer.doprint(value)}" for name, value in fn.backward.temporaries]
+    for grad, contributions in fn.accumulations:
+        if not contributions:
+            like = fn.saved[0] if fn.saved else fn.cotangents[0]
+            lines.append(f"{grad} = torch.zeros_like({grad if grad in fn.saved else like})")
+            continue
+        for position, (cotangent, term) in enumerate(contributions):
+            product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
+            if position == 0:
+                lines.append(f"{grad} = None if {cotangent} is None else {product}")
+            else:
+                lines.append(f"if {cotangent} is not None:")
+                lines.append(f"    {grad} = _accumulate({grad}, {product})")
+    return lines
 
 
 def _compile_choice(fn: FunctionPlan) -> str:
@@ -291,8 +317,9 @@ def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, f
 def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines = [line for view in views for line in (*view.forward_lines, *view.backward_lines)]
     lines += [line for view in views for kernel in view.kernels for line in kernel.lines]
+    lines += [line for view in views for line in view.jvp_lines]
     text = "\n".join(lines)
-    helpers = [name for name in ("_broadcast_all",) if f"{name}(" in text]
+    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing") if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 
 

@@ -18,6 +18,11 @@ ORDER = 2
 STRATEGY = "intermediates"
 
 
+def _accumulate(total, term):
+    """`total + term`, where a total of None (no gradient yet) counts as zero."""
+    return term if total is None else total + term
+
+
 class SinhForCompile(torch.autograd.Function):
     """Returns the shared intermediates as extra outputs; backward adds the gradients arriving on them.
 
@@ -40,11 +45,16 @@ class SinhForCompile(torch.autograd.Function):
         out, exp_x, exp_neg_x = output
         ctx.save_for_backward(exp_x, exp_neg_x)
         ctx.save_for_forward(exp_x, exp_neg_x)
+        ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None
 
     @staticmethod
     def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):
         exp_x, exp_neg_x = ctx.saved_tensors
-        grad_x = -exp_neg_x*grad_exp_neg_x + exp_x*grad_exp_x + grad_out*(exp_neg_x/2 + exp_x/2)
+        grad_x = None if grad_out is None else grad_out*(exp_neg_x/2 + exp_x/2)
+        if grad_exp_x is not None:
+            grad_x = _accumulate(grad_x, exp_x*grad_exp_x)
+        if grad_exp_neg_x is not None:
+            grad_x = _accumulate(grad_x, -exp_neg_x*grad_exp_neg_x)
         return grad_x
 
 

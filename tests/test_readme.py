@@ -28,3 +28,14 @@ def test_torch_func_and_compile_example_runs(capsys):
     assert namespace["per_sample"].shape == x.shape
     assert namespace["z"].grad is not None
     assert "tensor(" in capsys.readouterr().out
+
+
+def test_strategy_excerpts_are_what_dbgen_generates():
+    """Every code line the README shows under 'The four strategies' stands in a generated example."""
+    text = README.read_text()
+    section = text[text.index("## The four strategies"):text.index("## Commands")]
+    generated = "\n".join(p.read_text() for p in (README.parent / "generated").glob("*.py"))
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        for line in block.splitlines():
+            if line.strip() and line.strip() != "...":
+                assert line in generated, f"README shows a line no generated file has: {line!r}"

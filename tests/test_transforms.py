@@ -167,3 +167,14 @@ def test_compile_fullgraph_with_inductor(build, strategy):
     expected = composed(x, y)
     torch.testing.assert_close(out, expected, rtol=1e-7, atol=1e-10)
     torch.testing.assert_close(grads, torch.autograd.grad(expected.sum(), (x, y)), rtol=1e-7, atol=1e-10)
+
+
+def test_forward_mode_with_only_some_inputs_dual(generated, point):
+    """An input without a tangent is a zero tangent, whatever the strategy keeps."""
+    x, y, tx, _ = point
+    results = []
+    for f in (generated, composed):
+        with fwAD.dual_level():
+            out = f(fwAD.make_dual(x, tx), y)
+            results.append(fwAD.unpack_dual(out).tangent.clone())
+    torch.testing.assert_close(results[0], results[1], rtol=1e-7, atol=1e-10)

@@ -70,7 +70,7 @@ def derivative_chain(fn, inputs, order, seed):
 
 def test_module_constants():
     assert generated.ORDER == ORDER
-    assert generated.STRATEGY == "intermediates"
+    assert generated.STRATEGY == "save_inputs"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
