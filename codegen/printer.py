@@ -103,10 +103,7 @@ class TorchPrinter(PythonCodePrinter):
         return self._call("atan", expr.args[0])
 
     def _print_atan2(self, expr):
-        y, x = expr.args
-        if self.is_tensor(y) or self.is_tensor(x):
-            return f"torch.atan2({self._as_tensor(y, x)}, {self._as_tensor(x, y)})"
-        return self._call("atan2", y, x)
+        return self._binary("atan2", *expr.args) or self._call("atan2", *expr.args)
 
     def _print_sinh(self, expr):
         return self._call("sinh", expr.args[0])
@@ -156,15 +153,16 @@ class TorchPrinter(PythonCodePrinter):
 
     def _print_logaddexp(self, expr):
         a, b = expr.args
-        if self.is_tensor(a) or self.is_tensor(b):
-            return f"torch.logaddexp({self._as_tensor(a, b)}, {self._as_tensor(b, a)})"
-        return self._print(sympy.Max(a, b) + log1p(sympy.exp(-sympy.Abs(a - b))))
+        return self._binary("logaddexp", a, b) or self._print(sympy.Max(a, b) + log1p(sympy.exp(-sympy.Abs(a - b))))
 
     def _print_hypot(self, expr):
-        a, b = expr.args
+        return self._binary("hypot", *expr.args) or self._call("hypot", *expr.args)
+
+    def _binary(self, name: str, a, b) -> str | None:
+        """``torch.name(a, b)`` when either argument is a tensor (the other made one); else None."""
         if self.is_tensor(a) or self.is_tensor(b):
-            return f"torch.hypot({self._as_tensor(a, b)}, {self._as_tensor(b, a)})"
-        return self._call("hypot", a, b)
+            return f"torch.{name}({self._as_tensor(a, b)}, {self._as_tensor(b, a)})"
+        return None
 
     def _print_Max(self, expr):
         if any(self.is_tensor(arg) for arg in expr.args):
