@@ -12,7 +12,6 @@ from pathlib import Path
 import jinja2
 import sympy
 
-from . import __version__
 from .plan import Block, FunctionPlan, ModulePlan, Result
 from .printer import TorchPrinter
 from .spec import DEFAULT_DOMAIN

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import yaml
 
-from . import __version__
 from .errors import Problem, SpecErrors, did_you_mean
 from .language import CONSTANT_NAMES, FUNCTION_ARITY
 
