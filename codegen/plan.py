@@ -201,8 +201,10 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
                           taken=local.taken)
     used = {s for _, v in backward.temporaries for s in v.free_symbols}
     used |= {s for r in backward.results for s in r.expr.free_symbols}
+    used |= {x for x, (_, contributions) in zip(inputs, accumulations) if not contributions}  # zeros like x
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, inputs, namer, known, exact, stable)
+    saved = _kept(saved, saved_for_forward, order=[*(str(x) for x in inputs), *(r.name for r in results)])
     return FunctionPlan(
         class_name=classes[0],
         compile_name=classes[1],
@@ -215,7 +217,7 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         next_level=None,
         tangents=tangents,
         jvp=jvp_block,
-        saved_for_forward=saved_for_forward,
+        saved_for_forward=saved,
         accumulations=accumulations,
     )
 
@@ -240,6 +242,16 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
             terms.append(Result(grad_name, sympy.S.Zero, str(x)))
         accumulations.append((grad_name, tuple(contributions)))
     return _block(terms, taken=local.taken, inline=True), tuple(accumulations)
+
+
+def _kept(*groups, order) -> tuple[str, ...]:
+    """The tensors a Function saves, the same for backward and forward mode, in ``order``.
+
+    With generate_vmap_rule, PyTorch records the batch dimensions of save_for_backward and
+    save_for_forward in one slot (the later call wins): the two must save the same tensors.
+    """
+    wanted = set().union(*groups)
+    return tuple(name for name in order if name in wanted)
 
 
 def _forward_mode(results: list[Result], raw, inputs, namer: Namer, known, exact: bool, stable):
@@ -309,7 +321,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
                 next_level=None if last else classes[level + 1][0],
                 tangents=tangents,
                 jvp=jvp_block,
-                saved_for_forward=saved_for_forward,
+                saved_for_forward=tuple(names),
             )
         )
         names = [*cotangents, *names]

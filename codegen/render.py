@@ -264,10 +264,9 @@ def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
     """Each gradient as the sum of the terms whose cotangent arrived (None: that output went unused)."""
     terms = {r.name: r.expr for r in fn.backward.results}
     lines = [f"{name} = {printer.doprint(value)}" for name, value in fn.backward.temporaries]
-    for grad, contributions in fn.accumulations:
-        if not contributions:
-            like = fn.saved[0] if fn.saved else fn.cotangents[0]
-            lines.append(f"{grad} = torch.zeros_like({grad if grad in fn.saved else like})")
+    for x, (grad, contributions) in zip(fn.inputs, fn.accumulations):
+        if not contributions:  # no output depends on x; the cotangents here may all be None
+            lines.append(f"{grad} = torch.zeros_like({x})")
             continue
         for position, (cotangent, term) in enumerate(contributions):
             product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
@@ -302,14 +301,15 @@ def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, for
 
 def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> str:
     if result.expr == 0:
-        like = result.grad_of if result.grad_of in in_scope else anchor
-        return f"torch.zeros_like({like})"
+        # like the anchor (a cotangent where there is one): it carries torch.func's batching
+        return f"torch.zeros_like({anchor})"
     value = printer.doprint(result.expr)
     if result.broadcast:
         return f"_broadcast_all({value}, {', '.join(in_scope)})"
     if forward and result.expr.is_Symbol and str(result.expr) in in_scope:
-        # A Function may not return one of its inputs itself; a view of it is what PyTorch asks for.
-        return f"{value}.view_as({value})"
+        # Not the input itself, nor a view of it: under torch.func a view must be matched by a view
+        # in jvp and may alias an expanded input. A copy is simplest, and only linear terms need it.
+        return f"{value}.clone()"
     return value
 
 

@@ -178,3 +178,22 @@ def test_forward_mode_with_only_some_inputs_dual(generated, point):
             out = f(fwAD.make_dual(x, tx), y)
             results.append(fwAD.unpack_dual(out).tangent.clone())
     torch.testing.assert_close(results[0], results[1], rtol=1e-7, atol=1e-10)
+
+
+# Found by a randomized sweep: a constant output and an output that is an input, under every strategy.
+@pytest.mark.parametrize("strategy", STRATEGIES + ["auto"])
+@pytest.mark.parametrize("expr, reference", [("0.5", lambda x, y: 0.5 + 0 * (x + y)), ("x", lambda x, y: x + 0 * y)])
+def test_degenerate_outputs_under_transforms(build, strategy, expr, reference):
+    module = build(name="degenerate", expr=expr, inputs=["x", "y"], order=3, strategy=strategy)
+    x, y, tx, ty = (sample((3, 4), -1, 1, seed=0).detach(), sample((4,), -1, 1, seed=1).detach(),
+                    torch.ones(3, 4, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+    for transform in ("hessian", "jvp", "jacfwd_of_jacrev", "vmap"):
+        actual = TRANSFORMS[transform](module.degenerate, x, y, tx, ty)
+        expected = TRANSFORMS[transform](reference, x, y, tx, ty)
+        torch.testing.assert_close(actual, expected, rtol=1e-7, atol=1e-10)
+    results = []
+    for f in (module.degenerate, reference):
+        with fwAD.dual_level():
+            out = f(fwAD.make_dual(x, tx), fwAD.make_dual(y, ty))
+            results.append(fwAD.unpack_dual(out).tangent.clone())
+    torch.testing.assert_close(results[0], results[1])
