@@ -17,8 +17,9 @@ from . import symbolic
 from .rewrite import stabilize
 from .spec import Spec
 
-HELPERS = ("_broadcast", "_broadcast_all")
-_MODULE_NAMES = {"torch", "math", "ctx", "ORDER", "STRATEGY", *HELPERS}
+# Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
+# they start with "_", which no spec name and no Namer name does.
+_MODULE_NAMES = {"torch", "math", "ctx", "ORDER", "STRATEGY", "FUSE"}
 # Local names of the generated code's own, allocated first so that they avoid the spec's names.
 LOCALS = ("inputs", "output", "function", "level")
 COMPILE_SUFFIX = "ForCompile"
@@ -183,13 +184,11 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
     results = [_output(out, forward, inputs)]
     results += [Result(namer.fresh(_describe(value)), value) for value in extras]
     cotangents = tuple(namer.fresh(f"grad_{r.name}") for r in results)
-    gradients = symbolic.vjp(raw, _symbols(cotangents), list(inputs))
 
     known = [(_symbol(r.name), r.expr) for r in results[1:]]
     if strategy in ("save_outputs", "intermediates"):
         known.append((_symbol(out), forward))
     exact = strategy != "save_outputs"
-    gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
     accumulations = ()
@@ -197,6 +196,8 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         backward, accumulations = _accumulated_backward(results, raw, cotangents, inputs, grad_names, local,
                                                         known, stable)
     else:
+        gradients = symbolic.vjp(raw, _symbols(cotangents), list(inputs))
+        gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
         backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
                           taken=local.taken)
     used = {s for _, v in backward.temporaries for s in v.free_symbols}
@@ -227,7 +228,7 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
 
     Each term d(output)/d(input) is CSE'd without its cotangent, so that a cotangent that arrives
     as None (the caller never used that output) costs nothing: no zero-filled tensor, no product.
-    An input no output depends on still gets a zero gradient of its own shape.
+    An input no output depends on has no contributions: its gradient is zeros like the input.
     """
     terms, accumulations = [], []
     for x, grad_name in zip(inputs, grad_names):
@@ -238,8 +239,6 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
                 name = local.fresh(f"d{result.name}_d{x}")
                 terms.append(Result(name, partial))
                 contributions.append((cotangent, name))
-        if not contributions:
-            terms.append(Result(grad_name, sympy.S.Zero, str(x)))
         accumulations.append((grad_name, tuple(contributions)))
     return _block(terms, taken=local.taken, inline=True), tuple(accumulations)
 

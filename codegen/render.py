@@ -83,7 +83,7 @@ class KernelView:
 def render_module(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
     printers: list[TorchPrinter] = []
-    views = [_function_view(fn, plan, index, printers) for index, fn in enumerate(plan.functions)]
+    views = [_function_view(fn, plan, printers) for fn in plan.functions]
     helpers = _helpers_used(views)
     call_args = ", ".join([*spec.inputs, *spec.param_names])
     return _environment().get_template("module.py.jinja").render(
@@ -167,7 +167,7 @@ def _signature(spec) -> str:
     return ", ".join([*spec.inputs, *(["*", *params] if params else [])])
 
 
-def _function_view(fn: FunctionPlan, plan: ModulePlan, index: int, printers: list[TorchPrinter]) -> FunctionView:
+def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
     printer = _block_printer(fn.forward, fn.inputs)
     printers.append(printer)
