@@ -7,13 +7,16 @@ DBGEN_DEBUG=1 is set.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
+from typing import List, Optional  # typer reads these on every supported Python and typer version
 
 import typer
 
-from . import __version__
+from . import __version__, console, limits
 from .errors import SpecErrors
 
 app = typer.Typer(
@@ -25,6 +28,25 @@ app = typer.Typer(
 
 SPECS_ARG = typer.Argument(..., help="A spec file, or a folder searched recursively for *.yaml / *.yml.")
 OUT_OPT = typer.Option(Path("generated"), "-o", "--output", help="Folder for the generated package.")
+# build and check take their defaults from [tool.dbgen] in pyproject.toml (codegen/config.py)
+CONFIGURED_SPECS_ARG = typer.Argument(
+    None,
+    help="A spec file, or a folder searched recursively for *.yaml / *.yml. Default: specs in pyproject.toml (tool.dbgen).",
+)
+CONFIGURED_OUT_OPT = typer.Option(
+    None, "-o", "--output",
+    help="Folder for the generated package. Default: output in pyproject.toml (tool.dbgen), else generated.",
+)
+QUIET_OPT = typer.Option(False, "--quiet", "-q", help="Print only errors.")
+VERBOSE_OPT = typer.Option(
+    False, "--verbose", "-v", help="Also print a line per spec (generated or up to date, with timing)."
+)
+TIME_LIMIT_OPT = typer.Option(
+    limits.DEFAULT.seconds, "--time-limit", min=0, help="Seconds of symbolic work allowed per spec; 0: no limit."
+)
+SIZE_LIMIT_OPT = typer.Option(
+    limits.DEFAULT.size, "--size-limit", min=0, help="Expression nodes allowed in one derivative order of a spec; 0: no limit."
+)
 
 
 def _version(value: bool) -> None:
@@ -42,17 +64,27 @@ def main(
 
 @app.command()
 def build(
-    specs: Path = SPECS_ARG,
-    output: Path = OUT_OPT,
+    specs: Optional[Path] = CONFIGURED_SPECS_ARG,
+    output: Optional[Path] = CONFIGURED_OUT_OPT,
     prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
     no_rewrite: bool = typer.Option(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Generate specs in this many processes."),
-    fuse: bool = typer.Option(False, "--fuse", help="Set 'fuse: true' on every spec (levels compiled into kernels)."),
+    jobs: Optional[int] = typer.Option(
+        None, "--jobs", "-j", min=1,
+        help="Generate specs in this many processes. Default: jobs in pyproject.toml (tool.dbgen), else 1.",
+    ),
+    fuse: Optional[bool] = typer.Option(
+        None, "--fuse/--no-fuse",
+        help="Set 'fuse: true' on every spec (levels compiled into kernels). Default: fuse in pyproject.toml (tool.dbgen).",
+    ),
     force: bool = typer.Option(
         False, "--force", help="Regenerate every spec, even those whose files carry an up-to-date header."
     ),
+    time_limit: float = TIME_LIMIT_OPT,
+    size_limit: int = SIZE_LIMIT_OPT,
+    quiet: bool = QUIET_OPT,
+    verbose: bool = VERBOSE_OPT,
 ) -> None:
     """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
 
@@ -61,34 +93,46 @@ def build(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, jobs=jobs, reuse_from=None if force else output, fuse=fuse))
+    say = console.Console(console.level_from_flags(quiet, verbose))
+    settings = _settings(specs, output, jobs, fuse)
+    specs, output, jobs, fuse = settings.specs, settings.output, settings.jobs, settings.fuse
+    on_spec = _spec_reporter(say, specs)
+    bounds = limits.Limits(seconds=time_limit, size=size_limit)
     _check_output_dir(output)
-    _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
-    written = _io(output, lambda: write.write_files(output, files))
-    orphans = [rel for rel, state in write.stale_files(output, files) if state == "orphaned"]
-    removed = []
-    if prune:
-        for rel in orphans:
-            _io(output, lambda rel=rel: (output / rel).unlink())
-            removed.append(rel)
+    with _locked(output):  # for the whole build: a second one into OUTPUT exits 2 at once
+        files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
+                                               reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
+                                               limits=bounds))
+        _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
+        done = _io(output, lambda: write.commit(output, files, prune=prune))  # all or nothing
+    written, removed, orphans = done.written, done.removed, done.orphans
     specs_count = len([f for f in files if f.startswith("tests/")])
-    typer.echo(
+    for rel in written:
+        say.detail(f"{output.as_posix()}/{rel}: written")
+    say.result(
         f"dbgen: {specs_count} spec(s) -> {output.as_posix()}/ ({len(written)} file(s) written"
         + (f", {len(removed)} orphan(s) removed" if removed else "")
         + ")"
     )
     if orphans and not prune:
         for rel in orphans:
-            typer.echo(f"{output.as_posix()}/{rel}: orphaned (its spec is gone)", err=True)
-        typer.echo(f"dbgen: {len(orphans)} orphaned file(s) kept; rerun with --prune to delete them", err=True)
+            say.note(f"{output.as_posix()}/{rel}: orphaned (its spec is gone)")
+        say.note(f"dbgen: {len(orphans)} orphaned file(s) kept; rerun with --prune to delete them")
 
 
 @app.command()
 def check(
-    specs: Path = SPECS_ARG,
-    output: Path = OUT_OPT,
+    specs: Optional[Path] = CONFIGURED_SPECS_ARG,
+    output: Optional[Path] = CONFIGURED_OUT_OPT,
     no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
-    fuse: bool = typer.Option(False, "--fuse", help="Compare with what 'build --fuse' writes."),
+    fuse: Optional[bool] = typer.Option(
+        None, "--fuse/--no-fuse",
+        help="Compare with what 'build --fuse' writes. Default: fuse in pyproject.toml (tool.dbgen).",
+    ),
+    time_limit: float = TIME_LIMIT_OPT,
+    size_limit: int = SIZE_LIMIT_OPT,
+    quiet: bool = QUIET_OPT,
+    verbose: bool = VERBOSE_OPT,
 ) -> None:
     """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
 
@@ -96,20 +140,26 @@ def check(
     """
     from . import pipeline, write
 
-    files = _run(lambda: pipeline.generate(specs, rewrite=not no_rewrite, fuse=fuse))
+    say = console.Console(console.level_from_flags(quiet, verbose))
+    settings = _settings(specs, output, None, fuse)
+    specs, output, fuse = settings.specs, settings.output, settings.fuse
+    on_spec = _spec_reporter(say, specs)
+    bounds = limits.Limits(seconds=time_limit, size=size_limit)
+    files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
+                                           limits=bounds))
     report = write.stale_files(output, files)
     if not report:
-        typer.echo(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
+        say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
     for rel, state in report:
-        typer.echo(f"{output.as_posix()}/{rel}: {state}", err=True)
+        say.error(f"{output.as_posix()}/{rel}: {state}")
     command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
     command += " --fuse" if fuse else ""
     if any(state == "stale" for _, state in report):
         command += " --force"  # an edited file may still carry an up-to-date header
     if any(state == "orphaned" for _, state in report):
         command += " --prune"
-    typer.echo(f"dbgen: {len(report)} file(s) differ; run: {command}", err=True)
+    say.error(f"dbgen: {len(report)} file(s) differ; run: {command}")
     raise typer.Exit(1)
 
 
@@ -128,6 +178,7 @@ def bench(
     report: Path = typer.Option(Path("bench/report.md"), "--report", help="Markdown report to write."),
     plot: Path = typer.Option(Path("bench/plot.png"), "--plot", help="PNG plot to write (needs matplotlib)."),
     dtype: str = typer.Option("float32", "--dtype", help="float32, float64, float16 or bfloat16."),
+    fuse: bool = typer.Option(False, "--fuse", help="Generate every candidate fused, as 'build --fuse' does."),
 ) -> None:
     """Time the generated Functions under each strategy against the composed expression and native op.
 
@@ -136,15 +187,181 @@ def bench(
     from . import bench as benchmark
 
     try:
-        config = benchmark.make_config(size, orders, strategies, threads, repeats, dtype, report, plot)
+        config = benchmark.make_config(size, orders, strategies, threads, repeats, dtype, report, plot, fuse)
         results = _run(lambda: benchmark.run(specs, config, echo=typer.echo))
     except benchmark.BenchError as exc:
-        typer.echo(f"dbgen: {exc}", err=True)
+        console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None
     _io(report, lambda: benchmark.write_report(results, report))
     skipped = _io(plot, lambda: benchmark.write_plot(results, plot))
     typer.echo(f"dbgen: report written to {report.as_posix()}")
     typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}")
+
+
+@app.command()
+def show(
+    spec: Path = typer.Argument(..., help="One spec file."),
+    latex: bool = typer.Option(False, "--latex", help="Write formulas in LaTeX instead of unicode text."),
+    time_limit: float = TIME_LIMIT_OPT,
+    size_limit: int = SIZE_LIMIT_OPT,
+) -> None:
+    """Print what build would generate for one spec, for a person to read.
+
+    The formula and its derivatives, the strategy and why, and for each
+    generated Function its shared subexpressions, what it computes, saves
+    and returns, and its operation counts. Writes nothing.
+
+    Example: dbgen show specs/sinh.yaml (add --latex for LaTeX formulas)
+    """
+    from .show import show_text
+
+    _one_spec_file(spec, "show")
+    bounds = limits.Limits(seconds=time_limit, size=size_limit)
+    typer.echo(_run(lambda: show_text(spec, latex=latex, bounds=bounds)), nl=False)
+
+
+@app.command()
+def graph(
+    spec: Path = typer.Argument(..., help="One spec file."),
+    output: Path = typer.Option(..., "-o", "--output", help="The picture to write: a .svg or .png file."),
+    order: int = typer.Option(
+        2, "--order",
+        help="Take ORDER-1 gradients with create_graph=True (1: the value's graph; 2: the first derivative's).",
+    ),
+    time_limit: float = TIME_LIMIT_OPT,
+    size_limit: int = SIZE_LIMIT_OPT,
+) -> None:
+    """Draw the autograd graph of a generated function and its derivatives.
+
+    Builds the spec into a temporary folder, runs it on inputs from its
+    domain and draws the graph as the torchviz pictures of PyTorch's
+    double-backward tutorial do. Needs the torchviz package (the viz extra
+    of dbgen) and Graphviz's dot program (apt or brew install graphviz).
+
+    Example: dbgen graph specs/cube.yaml -o cube.svg --order 3
+    """
+    from .graph import GraphError, draw
+
+    _one_spec_file(spec, "graph")
+    try:
+        bounds = limits.Limits(seconds=time_limit, size=size_limit)
+        name = _io(output, lambda: _run(lambda: draw(spec, output, order, bounds)))
+    except GraphError as exc:
+        console.Console().error(f"dbgen: {exc}")
+        raise typer.Exit(2) from None
+    console.Console().result(f"dbgen: graph of {name} (order {order}) written to {output.as_posix()}")
+
+
+@app.command()
+def new(
+    name: str = typer.Argument(..., help="The function's name, lower snake_case; the file is NAME.yaml."),
+    expr: str = typer.Option(..., "--expr", help="The formula, e.g. 'x * tanh(softplus(x))'; ** is power."),
+    inputs: str = typer.Option(..., "--inputs", help="The input names in call order, comma-separated: x,y."),
+    order: int = typer.Option(2, "--order", help="Highest derivative order written out and verified (1 to 8)."),
+    params: List[str] = typer.Option([], "--params", help="Constants as NAME=NUMBER, comma-separated or repeated."),
+    strategy: Optional[str] = typer.Option(
+        None, "--strategy", help="auto (the default), save_inputs, save_outputs, intermediates or nested."
+    ),
+    doc: Optional[str] = typer.Option(None, "--doc", help="A one-line description for the docstring."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output",
+        help="A folder, or a .yaml path. Default: specs in pyproject.toml (tool.dbgen), else specs/.",
+    ),
+) -> None:
+    """Write a new spec file, checked as build checks it; never overwrites one.
+
+    Its first line points editors at the spec schema: the nearest
+    dbgen-spec.schema.json in its folder or above, else one written beside it.
+
+    Example: dbgen new swish --expr 'x * sigmoid(beta * x)' --inputs x --params beta=1.0
+    """
+    from . import config, scaffold
+
+    try:
+        new_spec = scaffold.NewSpec(name, expr, scaffold.parse_inputs(inputs), order,
+                                    scaffold.parse_params(params), strategy, doc)
+        target = scaffold.target_path(name, output, _configured_specs_folder())
+        written = _io(target, lambda: scaffold.create(new_spec, target))
+    except (scaffold.NewSpecError, config.ConfigError) as exc:
+        for line in getattr(exc, "lines", [f"dbgen: {exc}"]):
+            console.Console().error(line)
+        raise typer.Exit(2) from None
+    say = console.Console()
+    if written.schema is not None:
+        say.result(f"dbgen: wrote {written.schema.as_posix()} (the JSON Schema editors check specs with)")
+    shown, folder = written.spec.as_posix(), written.spec.parent.as_posix()
+    say.result(f"dbgen: wrote {shown}; next: dbgen show {shown}, then dbgen build {folder}")
+
+
+@app.command()
+def schema(
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="Write the schema to this file instead of printing it."
+    ),
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of spec files, for editors.
+
+    A spec whose first line is
+    # yaml-language-server: $schema=dbgen-spec.schema.json
+    is checked against it as you type (VS Code's YAML extension, ...).
+
+    Example: dbgen schema -o specs/dbgen-spec.schema.json
+    """
+    from .schema import schema_text
+
+    if output is None:
+        typer.echo(schema_text(), nl=False)
+        return
+    _io(output, lambda: output.write_text(schema_text(), encoding="utf-8"))
+    console.Console().result(f"dbgen: schema written to {output.as_posix()}")
+
+
+def _one_spec_file(path: Path, command: str) -> None:
+    """show and graph take one spec file: a folder or a missing path exits 2 with an example."""
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "no such file"
+        example = f"dbgen {command} specs/sinh.yaml"
+        console.Console().error(f"dbgen: {path.as_posix()}: {what}; {command} takes one spec file, e.g. {example}")
+        raise typer.Exit(2)
+
+
+def _settings(specs: Path | None, output: Path | None, jobs: int | None, fuse: bool | None):
+    """Command-line values over [tool.dbgen] in pyproject.toml over defaults; a bad table exits 2."""
+    from . import config
+
+    try:
+        return config.resolve(specs, output, jobs, fuse)
+    except config.ConfigError as exc:
+        console.Console().error(f"dbgen: {exc}")
+        raise typer.Exit(2) from None
+
+
+def _configured_specs_folder() -> Path:
+    """Where new specs go: [tool.dbgen] specs when it names a folder, else specs/."""
+    from . import config
+
+    root, table = config.load()
+    folder = config.project_path(root, table["specs"]) if "specs" in table else None
+    return folder if folder is not None and folder.suffix not in (".yaml", ".yml") else Path("specs")
+
+
+def _spec_reporter(say: console.Console, specs: Path):
+    """pipeline's per-spec callback: the progress line, and with --verbose a line per spec."""
+    from .pipeline import SpecsPathError, discover
+
+    try:
+        total = len(discover(specs))
+    except SpecsPathError:
+        total = 0  # generate reports the problem itself
+    done = 0
+
+    def report(spec, seconds: float | None) -> None:
+        nonlocal done
+        done += 1
+        say.progress(done, total, spec.name)
+        say.detail(f"{spec.path}: " + ("up to date, skipped" if seconds is None else f"generated in {seconds:.2f} s"))
+
+    return report
 
 
 def _run(action):
@@ -155,18 +372,34 @@ def _run(action):
         return action()
     except SpecsPathError as errors:
         for problem in errors.problems:
-            typer.echo(f"dbgen: {problem.path}: {problem.message}", err=True)
+            console.Console().error(f"dbgen: {problem.path}: {problem.message}")
         raise typer.Exit(2) from None
     except SpecErrors as errors:
         for problem in errors.problems:
-            typer.echo(str(problem), err=True)
-        typer.echo(f"dbgen: {len(errors.problems)} problem(s); nothing was written", err=True)
+            console.Console().error(str(problem))
+        console.Console().error(f"dbgen: {len(errors.problems)} problem(s); nothing was written")
         raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def _locked(output: Path):
+    """Hold OUTPUT's build lock (write.lock_output); another build holding it exits 2."""
+    from . import write
+
+    try:
+        lock = _io(output, lambda: write.lock_output(output))
+    except write.OutputBusy as busy:
+        console.Console().error(f"dbgen: {busy}")
+        raise typer.Exit(2) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _check_output_dir(output: Path) -> None:
     if output.exists() and not output.is_dir():
-        typer.echo(f"dbgen: {output.as_posix()}: exists and is not a folder; choose another -o", err=True)
+        console.Console().error(f"dbgen: {output.as_posix()}: exists and is not a folder; choose another -o")
         raise typer.Exit(2)
 
 
@@ -176,14 +409,41 @@ def _io(output: Path, action):
         return action()
     except OSError as exc:
         where = exc.filename if exc.filename is not None else output
-        typer.echo(f"dbgen: cannot write {Path(where).as_posix()}: {exc.strerror or exc}", err=True)
+        console.Console().error(
+            f"dbgen: cannot write {Path(where).as_posix()}: {exc.strerror or exc}; check the path and its permissions"
+        )
         raise typer.Exit(2) from None
+
+
+def _stop_on_signals() -> None:
+    """SIGINT and SIGTERM raise write.Interrupted, so that a build undoes what it started (see
+    write.py) and exits 128 + the signal number (click would turn a KeyboardInterrupt into exit 1).
+    A signal the caller set to be ignored stays ignored."""
+    from .write import Interrupted
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    for name in ("SIGINT", "SIGTERM"):
+        signum = getattr(signal, name, None)
+        if signum is not None and signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, stop)
 
 
 def run() -> None:
     """Console entry point: no traceback reaches a user."""
+    from .write import Interrupted
+
+    _stop_on_signals()
     try:
         app()
+    except Interrupted as stop:
+        name = signal.Signals(stop.signum).name
+        typer.echo(f"dbgen: interrupted by {name}; a build changes all of its files or none", err=True)
+        sys.exit(128 + stop.signum)
+    except limits.LimitExceeded as exceeded:  # a BaseException, normally reported as a spec's problem
+        typer.echo(f"dbgen: {exceeded.message()}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         typer.echo("dbgen: interrupted", err=True)
         sys.exit(130)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import time
 from pathlib import Path
 
-from . import __version__
+from . import __version__, limits as bounds
 from .errors import Problem, SpecErrors
 from .write import header
 from .spec import Spec, display_path, load_spec
@@ -65,13 +66,17 @@ def generate(
     jobs: int = 1,
     reuse_from: Path | None = None,
     fuse: bool = False,
+    on_spec=None,
+    limits: bounds.Limits = bounds.DEFAULT,
 ) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path``; all or nothing.
 
     ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
     ``fuse=True`` (``--fuse``) sets ``fuse: true`` on every spec. ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
     there already carry its header (same spec hash, version and options) is not generated again:
-    its files are read back.
+    its files are read back. ``on_spec(spec, seconds)`` is called as each spec is done (``seconds``
+    is None for a spec reused as up to date), for progress and --verbose lines. ``limits`` bounds
+    each spec's symbolic work (``--time-limit``, ``--size-limit``; see ``limits.py``).
     """
     paths = discover(specs_path)
     try:
@@ -91,10 +96,15 @@ def generate(
             todo.append(spec)
         else:
             files.update(kept)
+            if on_spec is not None:
+                on_spec(spec, None)
     problems: list[Problem] = []
-    for generated, found in _map(functools.partial(_generate_collecting, rewrite=rewrite), todo, jobs):
+    generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits)
+    for spec, (generated, found, seconds) in zip(todo, _map(generate_each, todo, jobs)):
         files.update(generated)
         problems.extend(found)
+        if on_spec is not None:
+            on_spec(spec, seconds)
     if problems:
         raise SpecErrors(problems)
     digest = hashlib.sha256("".join(f"{s.name}:{s.digest(__version__, rewrite)}\n" for s in specs).encode()).hexdigest()
@@ -108,20 +118,31 @@ def render_init(names: list[str], specs_path: str, digest: str) -> str:
     return render(names, specs_path, digest)
 
 
-def generate_one(spec: Spec, rewrite: bool = True) -> dict[str, str]:
-    """The module and test file of one spec (imports SymPy and the later stages on first use)."""
+def plan_spec(spec: Spec, rewrite: bool = True):
+    """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use)."""
     from .expr import ExprError, parse_expr
     from .plan import make_plan
-    from .render import render_module, render_tests
     from .rewrite import identity, stabilize
 
     try:
         expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
     except ExprError as exc:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-    plan = make_plan(spec, expr, stabilize if rewrite else identity)
-    digest = spec.digest(__version__, rewrite)
-    return {f"{spec.name}.py": render_module(plan, digest), f"tests/test_{spec.name}.py": render_tests(plan, digest)}
+    return make_plan(spec, expr, stabilize if rewrite else identity)
+
+
+def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:
+    """The module and test file of one spec; work past ``limits`` is a problem on its ``expr`` line."""
+    from .render import render_module, render_tests
+
+    try:
+        with bounds.enforced(limits):
+            plan = plan_spec(spec, rewrite)
+            digest = spec.digest(__version__, rewrite)
+            return {f"{spec.name}.py": render_module(plan, digest),
+                    f"tests/test_{spec.name}.py": render_tests(plan, digest)}
+    except bounds.LimitExceeded as exceeded:
+        raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
 
 
 def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
@@ -139,19 +160,33 @@ def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
     return kept
 
 
-def _generate_collecting(spec: Spec, rewrite: bool) -> tuple[dict[str, str], list[Problem]]:
-    """generate_one, with problems returned rather than raised (they cross process boundaries)."""
+def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], list[Problem], float]:
+    """generate_one, with problems returned rather than raised (they cross process boundaries),
+    and the seconds it took, measured where it ran."""
+    start = time.perf_counter()
     try:
-        return generate_one(spec, rewrite), []
+        return generate_one(spec, rewrite, limits), [], time.perf_counter() - start
     except SpecErrors as errors:
-        return {}, errors.problems
+        return {}, errors.problems, time.perf_counter() - start
 
 
 def _map(function, items: list, jobs: int):
     """``map`` in order, in ``jobs`` processes when there is more than one thing to do."""
     if jobs <= 1 or len(items) <= 1:
-        return map(function, items)
-    from concurrent.futures import ProcessPoolExecutor
+        yield from map(function, items)
+        return
+    import multiprocessing
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
-        return list(pool.map(function, items))
+    # A Pool rather than a ProcessPoolExecutor: leaving the block on an exception (SIGTERM, Ctrl-C)
+    # terminates the workers instead of waiting up to a time limit for the specs they are on.
+    with multiprocessing.Pool(min(jobs, len(items)), initializer=_worker_signals) as pool:
+        yield from pool.imap(function, items)  # one result at a time, in order, for progress
+
+
+def _worker_signals() -> None:
+    """Workers leave SIGINT (a Ctrl-C reaches the whole process group) to the main process,
+    which terminates them, and die quietly on SIGTERM instead of running the CLI's handler."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -1,0 +1,129 @@
+"""``[tool.dbgen]`` in pyproject.toml: defaults for ``build`` and ``check``.
+
+The nearest pyproject.toml from the current folder upward is the project's (the first one found
+ends the search, as for other Python tools). Its ``[tool.dbgen]`` table may set:
+
+    [tool.dbgen]
+    specs = "specs"        # the SPECS argument
+    output = "generated"   # -o / --output
+    jobs = 2               # build --jobs
+    fuse = false           # --fuse / --no-fuse
+
+Paths are relative to the folder holding pyproject.toml, and so are the spec paths written into
+generated headers: a configured build writes the same files from any subfolder. Options given on
+the command line win over the table.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (the dependency is declared for it)
+    import tomli as tomllib
+
+PYPROJECT = "pyproject.toml"
+DEFAULT_OUTPUT = "generated"
+# key -> (expected Python type, what the message calls it)
+KEYS = {"specs": (str, "a path in quotes"), "output": (str, "a path in quotes"),
+        "jobs": (int, "a whole number of at least 1"), "fuse": (bool, "true or false")}
+
+
+class ConfigError(Exception):
+    """A problem in pyproject.toml or a missing setting: exit 2 with this one line."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What build/check run with. ``root`` is the configured project's folder (None: no table)."""
+
+    specs: Path
+    output: Path
+    jobs: int
+    fuse: bool
+    root: Path | None
+
+
+def find_pyproject(start: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml in ``start`` (default: the current folder) or a folder above it."""
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        path = candidate / PYPROJECT
+        if path.is_file():
+            return path
+    return None
+
+
+def read_table(path: Path) -> dict | None:
+    """The validated ``[tool.dbgen]`` table of ``path``, or None when it has none."""
+    shown = _shown(path)
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise ConfigError(f"{shown}: cannot read it: {exc.strerror}; check its permissions") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{shown}: invalid TOML: {exc}; fix the file") from None
+    table = document.get("tool", {}).get("dbgen") if isinstance(document.get("tool"), dict) else None
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        example = '[tool.dbgen] then specs = "specs"'
+        raise ConfigError(f"{shown}: [tool.dbgen] must be a table of settings, e.g. {example}")
+    _validate(table, shown)
+    return table
+
+
+def _validate(table: dict, shown: str) -> None:
+    for key, value in table.items():
+        if key not in KEYS:
+            hint = did_you_mean(key, KEYS)
+            raise ConfigError(f"{shown}: [tool.dbgen] unknown key '{key}'{hint}; the keys are: {', '.join(KEYS)}")
+        kind, described = KEYS[key]
+        wrong_type = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
+        if wrong_type or (kind is int and value < 1) or (kind is str and not value.strip()):
+            raise ConfigError(f"{shown}: [tool.dbgen] {key} must be {described}, not {value!r}; fix it in {shown}")
+
+
+def load(start: Path | None = None) -> tuple[Path | None, dict]:
+    """The configured project's folder and its validated table; (None, {}) without a table."""
+    pyproject = find_pyproject(start)
+    table = read_table(pyproject) if pyproject else None
+    return (pyproject.parent, table) if table is not None else (None, {})
+
+
+def resolve(specs: Path | None, output: Path | None, jobs: int | None, fuse: bool | None,
+            start: Path | None = None) -> Settings:
+    """Command-line values, else the project's ``[tool.dbgen]``, else dbgen's defaults."""
+    root, table = load(start)
+    if specs is None and "specs" not in table:
+        where = _shown(root / PYPROJECT) if root else "a pyproject.toml"
+        raise ConfigError("no SPECS given; name a spec file or folder (e.g. dbgen build specs/), "
+                          f'or set specs = "specs" under [tool.dbgen] in {where}')
+    return Settings(
+        specs=specs if specs is not None else project_path(root, table["specs"]),
+        output=output if output is not None else project_path(root, table.get("output", DEFAULT_OUTPUT)),
+        jobs=jobs if jobs is not None else table.get("jobs", 1),
+        fuse=fuse if fuse is not None else table.get("fuse", False),
+        root=root,
+    )
+
+
+def project_path(root: Path | None, value: str) -> Path:
+    """A configured path, relative to the project's folder, as short as possible from here."""
+    if root is None:
+        return Path(value)
+    return Path(os.path.relpath(root / value, Path.cwd()))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return Path(os.path.relpath(path, Path.cwd())).as_posix()
+    except ValueError:  # another drive on Windows
+        return path.as_posix()

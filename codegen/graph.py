@@ -1,0 +1,129 @@
+"""``dbgen graph SPEC -o FILE.svg``: the autograd graph of a generated Function, as a picture.
+
+The spec is built into a temporary folder and its module imported; the function runs on inputs
+from the spec's domain, ``torch.autograd.grad(..., create_graph=True)`` is taken ORDER-1 times,
+and torchviz draws the graph of every tensor computed, as the pictures of PyTorch's tutorial
+"Double Backward with Custom Functions" do. The generated Functions appear as their autograd
+nodes: ``SinhBackward``, ``CubeBackward``, ``CubeBackwardBackward``, ...
+
+torchviz (``pip install 'dbgen[viz]'``) and Graphviz's ``dot`` program are needed only here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from .write import _atomic_write
+
+FORMATS = ("svg", "png")
+MAX_GRAPH_ORDER = 8
+SAMPLES = 5  # points per input: the graph's shape does not depend on it, only the tensor sizes shown
+INSTALL_VIZ = "pip install 'dbgen[viz]'"
+INSTALL_DOT = "apt install graphviz (Debian, Ubuntu), brew install graphviz (macOS), or https://graphviz.org/download/"
+MISSING_DOT = f"graph needs Graphviz's 'dot' program, which is not on PATH; install it: {INSTALL_DOT}"
+
+
+class GraphError(Exception):
+    """A problem the user can fix (missing tool, wrong file name or order): exit 2 with this line."""
+
+
+def picture_format(output: Path) -> str:
+    """'svg' or 'png', from the output file's suffix."""
+    suffix = output.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise GraphError(f"{output.as_posix()}: the picture's file name must end in .svg or .png, e.g. -o graph.svg")
+    return suffix
+
+
+def check_tools() -> None:
+    """torchviz and Graphviz's ``dot`` are optional dependencies: say how to install what is missing."""
+    try:
+        import torchviz  # noqa: F401
+    except ImportError as exc:
+        if exc.name in (None, "torchviz"):
+            raise GraphError(f"graph needs the torchviz package; install it with: {INSTALL_VIZ}") from None
+        # torchviz 0.0.3 imports distutils, which Python 3.12 dropped; setuptools provides it again
+        raise GraphError(f"torchviz cannot be imported: {exc}; install it with: {INSTALL_VIZ} "
+                         "(or pip install setuptools)") from None
+    if shutil.which("dot") is None:
+        raise GraphError(MISSING_DOT)
+
+
+def draw(spec_path: Path, output: Path, order: int, bounds=None) -> str:
+    """Write the picture of the graph at ``order`` (1: the value's graph) and return the spec's name."""
+    if not 1 <= order <= MAX_GRAPH_ORDER:
+        raise GraphError(f"--order must be from 1 to {MAX_GRAPH_ORDER}, not {order}; "
+                         "e.g. --order 2 for the first derivative's graph")
+    fmt = picture_format(output)
+    check_tools()
+    with tempfile.TemporaryDirectory(prefix="dbgen-graph-") as folder:
+        spec, module = _build(spec_path, Path(folder), bounds)
+        try:
+            tensors = _derivative_tensors(getattr(module, spec.name), spec, order)
+            picture = _render(tensors, fmt)
+        finally:
+            sys.modules.pop(module.__name__, None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(output, picture)  # temporary file + rename: a failed run leaves no half picture
+    return spec.name
+
+
+def _build(spec_path: Path, folder: Path, bounds):
+    """Generate the spec into ``folder`` and import its module (raises SpecErrors for a bad spec)."""
+    from . import limits, pipeline, write
+
+    (spec,) = pipeline.load_specs([spec_path])
+    write.write_files(folder, pipeline.generate(spec_path, limits=bounds or limits.DEFAULT))
+    name = f"_dbgen_graph_{spec.name}"
+    module_spec = importlib.util.spec_from_file_location(name, folder / f"{spec.name}.py")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return spec, module
+
+
+def _derivative_tensors(function, spec, order: int) -> dict[str, object]:
+    """name -> tensor: the inputs, the value, each derivative up to ``order`` - 1, and the cotangents.
+
+    Each level is the gradient of the previous one's sum (all-ones cotangents), taken with
+    create_graph=True, so the next level, and the picture, see how it was computed. The
+    cotangents are named too: generated Functions save them, and the picture shows saved tensors.
+    """
+    import torch
+
+    inputs = {name: torch.linspace(lo, hi, SAMPLES, dtype=torch.float64, requires_grad=True)
+              for name, (lo, hi) in spec.domain}
+    tensors = {**inputs, "out": function(*inputs.values())}
+    level = {"out": tensors["out"]}
+    for k in range(1, order):
+        level = {name: t for name, t in level.items() if t.requires_grad}
+        if not level:
+            break  # the derivative is constant: there is no deeper graph to draw
+        cotangents = {f"cotangent of {name}": torch.ones_like(t) for name, t in level.items()}
+        grads = torch.autograd.grad(tuple(level.values()), tuple(inputs.values()), tuple(cotangents.values()),
+                                    create_graph=True, allow_unused=True, materialize_grads=True)
+        prefix = "grad" if k == 1 else f"grad{k}"
+        level = {f"{prefix}_{name}": g for name, g in zip(inputs, grads)}
+        tensors.update({**cotangents, **level})
+    return tensors
+
+
+def _render(tensors: dict[str, object], fmt: str) -> bytes:
+    """The picture's bytes; inputs and computed tensors are labelled with their names."""
+    import graphviz
+    from torchviz import make_dot
+
+    drawn = tuple(t for t in tensors.values() if t.grad_fn is not None)
+    dot = make_dot(drawn, params=tensors)
+    try:
+        return dot.pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        raise GraphError(MISSING_DOT) from None
+    except graphviz.CalledProcessError as exc:
+        stderr = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        reason = stderr[-1] if stderr else exc
+        raise GraphError(f"Graphviz's dot failed: {reason}; check your Graphviz installation") from None

@@ -1,0 +1,147 @@
+"""``dbgen new NAME --expr ... --inputs ...``: write a new spec file, checked before it is written.
+
+The text is validated by the same loader ``build`` uses (expression included) before anything
+is written, so a file that ``new`` writes passes every check of a spec that ``build`` makes. Its first line points editors at the JSON Schema of specs
+(``dbgen schema``), through a relative path to ``dbgen-spec.schema.json``: the nearest one in the
+spec's folder or a folder above it (up to the current folder), else one written beside the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SpecErrors
+from .schema import SCHEMA_FILE, schema_text
+from .spec import _NUMBER_RE, display_path, load_spec  # the loader's own rule for a plain number
+
+SCHEMA_COMMENT = "# yaml-language-server: $schema="
+_PLAIN_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_YAML_WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}  # YAML 1.1 reads these as bool/null
+
+
+class NewSpecError(Exception):
+    """A problem with ``new``'s arguments or target file: exit 2 with these lines."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class NewSpec:
+    name: str
+    expr: str
+    inputs: tuple[str, ...]
+    order: int
+    params: tuple[tuple[str, str], ...] = ()
+    strategy: str | None = None
+    doc: str | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    spec: Path
+    schema: Path | None  # the schema file, when this run wrote it
+
+
+def parse_inputs(text: str) -> tuple[str, ...]:
+    """'x, y' -> ('x', 'y'); the loader judges the names."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_params(values: list[str]) -> tuple[tuple[str, str], ...]:
+    """['a=1.0', 'b=2,c=3'] -> (('a', '1.0'), ('b', '2'), ('c', '3')); each value must be a number."""
+    params = []
+    for item in (part.strip() for value in values for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, number = (text.strip() for text in item.partition("="))
+        if not sep or not name or not _NUMBER_RE.match(number):
+            raise NewSpecError([f"dbgen: --params {item!r} must be NAME=NUMBER, e.g. --params beta=1.0"])
+        params.append((name, number))
+    return tuple(params)
+
+
+def target_path(name: str, output: Path | None, default_folder: Path) -> Path:
+    """OUTPUT when it names a .yaml/.yml file, else OUTPUT/NAME.yaml (default: the specs folder)."""
+    if output is not None and output.suffix in (".yaml", ".yml"):
+        return output
+    return (output if output is not None else default_folder) / f"{name}.yaml"
+
+
+def spec_text(new: NewSpec, schema_ref: str) -> str:
+    """The spec file: YAML written by hand, for a stable, readable layout (strings as JSON, which is YAML)."""
+    lines = [f"{SCHEMA_COMMENT}{schema_ref}", f"name: {_scalar(new.name)}", f"expr: {json.dumps(new.expr)}",
+             f"inputs: [{', '.join(_scalar(x) for x in new.inputs)}]", f"order: {new.order}"]
+    if new.params:
+        lines += ["params:", *(f"  {_scalar(name)}: {value}" for name, value in new.params)]
+    if new.strategy:
+        lines.append(f"strategy: {_scalar(new.strategy)}")
+    if new.doc:
+        lines.append(f"doc: {json.dumps(new.doc)}")
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(text: str) -> str:
+    """A name as YAML text: plain when YAML reads it back as that very string, else quoted.
+
+    Quoting keeps what the user typed ('yes' stays text, 'a: b' cannot add a key); the loader
+    then judges the name itself.
+    """
+    if _PLAIN_RE.match(text) and text.lower() not in _YAML_WORDS:
+        return text
+    return json.dumps(text)
+
+
+def create(new: NewSpec, target: Path) -> Written:
+    """Validate and write the spec (never over an existing file), and the schema file if none is near."""
+    shown = display_path(target)
+    if target.exists():
+        raise NewSpecError([f"dbgen: {shown} already exists; pick another name (or -o path), or delete the file first"])
+    schema_path, schema_missing = _schema_for(target.parent)
+    text = spec_text(new, Path(os.path.relpath(schema_path, target.parent)).as_posix())
+    _validate(text, shown)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "x", encoding="utf-8") as handle:  # "x": never replace a file created meanwhile
+        handle.write(text)
+    if schema_missing:
+        schema_path.write_text(schema_text(), encoding="utf-8")
+    return Written(target, schema_path if schema_missing else None)
+
+
+def _validate(text: str, shown: str) -> None:
+    """The loader's own checks on the text about to be written; problems name the option to change."""
+    with tempfile.TemporaryDirectory(prefix="dbgen-new-") as folder:
+        candidate = Path(folder) / "spec.yaml"
+        candidate.write_text(text, encoding="utf-8")
+        try:
+            load_spec(candidate, shown)
+        except SpecErrors as errors:
+            lines = [f"dbgen: {_option_hint(p.message)}" for p in errors.problems]
+            raise NewSpecError(lines + [f"dbgen: {shown} was not written; fix the option(s) above and rerun"]) from None
+
+
+def _option_hint(message: str) -> str:
+    """'expr: ...' -> '--expr: ...': the loader speaks of keys, the user typed options."""
+    for key in ("name", "expr", "inputs", "input", "order", "params", "param", "strategy", "doc"):
+        if message.startswith(key + " ") or message.startswith(key + ":"):
+            option = {"name": "NAME", "input": "--inputs", "param": "--params"}.get(key, f"--{key}")
+            return f"{option}{message[len(key):]}"
+    return message
+
+
+def _schema_for(folder: Path) -> tuple[Path, bool]:
+    """The nearest schema file from ``folder`` up to the current folder, or where to write one."""
+    start = folder.resolve()
+    stop = Path.cwd().resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / SCHEMA_FILE).is_file():
+            return candidate / SCHEMA_FILE, False
+        if candidate == stop:
+            break
+    return folder / SCHEMA_FILE, True

@@ -1,0 +1,115 @@
+"""The JSON Schema (draft 2020-12) of a spec file, for editors and other tools.
+
+Built from the constants ``spec.py`` validates with, so the two cannot drift apart on limits,
+names and choices. The schema cannot express everything the loader checks (the expression
+language, lo < hi in a domain, domain keys naming inputs, params distinct from inputs): dbgen's
+own loader stays the authority, and the schema catches the rest as you type.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import keyword
+
+# The loader's own rules (private to spec.py, read here so the schema follows any change to them).
+from . import spec
+
+SCHEMA_FILE = "dbgen-spec.schema.json"
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_IDENTIFIER = "^[A-Za-z][A-Za-z0-9_]*$"
+_FINITE = {"type": "number", "minimum": -1e300, "maximum": 1e300}
+
+
+def spec_schema() -> dict:
+    """The schema as a dict, keys in the order the README's table lists them."""
+    return {
+        "$schema": DRAFT,
+        "title": "dbgen spec",
+        "description": "One function for dbgen: a torch.autograd.Function with verified higher-order derivatives.",
+        "type": "object",
+        "required": list(spec.REQUIRED_KEYS),
+        "additionalProperties": False,
+        "properties": {
+            "name": _name(),
+            "expr": {
+                "description": "The function of the inputs and params, e.g. x * tanh(softplus(x)); '**' is power.",
+                "type": "string",
+                "pattern": "\\S",
+            },
+            "inputs": {
+                "description": "Differentiable tensor inputs, in call order.",
+                "type": "array",
+                "items": _symbol_name("An input's name."),
+                "minItems": 1,
+                "maxItems": spec.MAX_INPUTS,
+                "uniqueItems": True,
+            },
+            "order": {
+                "description": "Highest derivative order written out and verified by the generated tests.",
+                "type": "integer",
+                "minimum": 1,
+                "maximum": spec.MAX_ORDER,
+            },
+            "params": {
+                "description": "Non-differentiable constants: keyword-only arguments with these defaults.",
+                "type": "object",
+                "propertyNames": _symbol_name("A param's name."),
+                "additionalProperties": _FINITE,
+                "maxProperties": spec.MAX_PARAMS,
+            },
+            "strategy": {
+                "description": "How the Function keeps what its backward needs; auto picks one.",
+                "enum": list(spec.STRATEGIES),
+                "default": "auto",
+            },
+            "domain": {
+                "description": "Where the generated tests draw each input from: input -> [lo, hi], lo < hi.",
+                "type": "object",
+                "propertyNames": {"pattern": _IDENTIFIER},
+                "additionalProperties": {
+                    "type": "array", "prefixItems": [_FINITE, _FINITE], "minItems": 2, "maxItems": 2,
+                },
+            },
+            "doc": {
+                "description": "One line: the docstring's first line.",
+                "type": "string",
+                "maxLength": spec.MAX_DOC_CHARS,
+                "pattern": "^[^\\n\\r]*$",
+            },
+            "native": {
+                "description": "An equivalent PyTorch callable the generated tests also compare with.",
+                "type": "string",
+                "pattern": "^" + spec._NATIVE_RE.pattern.removesuffix("\\Z") + "$",
+                "examples": ["torch.sinh", "torch.nn.functional.mish"],
+            },
+            "fuse": {
+                "description": "Compile each level's formulas into one kernel with torch.compile.",
+                "type": "boolean",
+                "default": False,
+            },
+        },
+    }
+
+
+def _name() -> dict:
+    reserved = {n for n in dir(builtins) if spec._NAME_RE.match(n)}
+    reserved |= {*keyword.kwlist, *keyword.softkwlist, *spec._MODULE_GLOBALS, *spec._WINDOWS_RESERVED, "tests"}
+    return {
+        "description": "Module file name and public function name; unique in a build.",
+        "type": "string",
+        "pattern": "^" + spec._NAME_RE.pattern.removesuffix("\\Z") + "$",
+        "maxLength": spec.MAX_NAME_CHARS,
+        "not": {"enum": sorted(n for n in reserved if spec._NAME_RE.match(n))},
+    }
+
+
+def _symbol_name(description: str) -> dict:
+    reserved = {*spec._RESERVED_SYMBOLS, *keyword.kwlist}
+    return {"description": description, "type": "string", "pattern": _IDENTIFIER, "not": {"enum": sorted(reserved)}}
+
+
+def schema_text() -> str:
+    """The schema as a JSON document, the same bytes for the same dbgen and Python version."""
+    return json.dumps(spec_schema(), indent=2, ensure_ascii=False) + "\n"
+
