@@ -68,6 +68,7 @@ class Config:
     dtype: str = "float32"
     report: Path = Path("bench/report.md")
     plot: Path = Path("bench/plot.png")
+    fuse: bool = False
 
     @property
     def workloads(self) -> tuple[str, ...]:
@@ -81,19 +82,20 @@ class Config:
         return (
             f"dbgen bench {specs.as_posix()} --size {self.size} --orders {','.join(map(str, self.orders))} "
             f"--strategies {','.join(self.strategies)} --threads {self.threads} --repeats {self.repeats} "
-            f"--dtype {self.dtype}"
+            f"--dtype {self.dtype}" + (" --fuse" if self.fuse else "")
         )
 
 
 def make_config(size: int, orders: str, strategies: str, threads: int, repeats: int, dtype: str,
-                report: Path, plot: Path) -> Config:
+                report: Path, plot: Path, fuse: bool = False) -> Config:
     """Validate the command-line values; a wrong one raises ``BenchError``."""
     for name, value in (("--size", size), ("--threads", threads), ("--repeats", repeats)):
         if value < 1:
             raise BenchError(f"{name} must be a positive whole number, not {value}")
     if dtype not in DTYPES:
         raise BenchError(f"--dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    return Config(size, _parse_orders(orders), _parse_strategies(strategies), threads, repeats, dtype, report, plot)
+    return Config(size, _parse_orders(orders), _parse_strategies(strategies), threads, repeats, dtype, report, plot,
+                  fuse)
 
 
 def _parse_orders(text: str) -> tuple[int, ...]:
@@ -149,8 +151,10 @@ def load_specs(specs_path: Path) -> list[Spec]:
     return pipeline.load_specs(pipeline.discover(specs_path))
 
 
-def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path) -> Subject:
-    """Generate and import ``spec`` under each strategy; add the composed expression and the native op."""
+def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: bool = False) -> Subject:
+    """Generate and import ``spec`` under each strategy (fused with ``fuse``, as ``build --fuse``
+    does); add the composed expression and the native op."""
+    spec = dataclasses.replace(spec, fuse=spec.fuse or fuse)
     modules = {
         s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies
     }
@@ -393,7 +397,7 @@ def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -
     torch.set_num_threads(config.threads)
     try:
         with tempfile.TemporaryDirectory(prefix="dbgen-bench-") as tmp:
-            subjects = [make_subject(spec, config.strategies, Path(tmp)) for spec in specs]
+            subjects = [make_subject(spec, config.strategies, Path(tmp), config.fuse) for spec in specs]
             pass_seconds = memory_pass_seconds(config.size, config.torch_dtype, config.repeats)
             results = Results(config, specs_path, pass_seconds)
             echo(format_text_table([], header=True))
@@ -562,6 +566,7 @@ def _settings(results: Results) -> list[tuple[str, str]]:
         ("memory pass", f"{results.pass_seconds * 1e3:.4f} ms: `torch.add(x, 1.0, out=buf)`, same size and dtype"),
         ("workloads", ", ".join(config.workloads)),
         ("strategies", ", ".join(config.strategies)),
+        ("fused", "yes: every level compiled into kernels (build --fuse)" if config.fuse else "no (eager)"),
     ]
 
 

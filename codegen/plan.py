@@ -9,11 +9,11 @@ else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sympy
 
-from . import symbolic
+from . import cost, limits, symbolic
 from .rewrite import stabilize
 from .spec import Spec
 
@@ -121,17 +121,11 @@ def _suffixed(base: str):
 def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
     """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
-    strategy, reason = choose_strategy(spec, expr, inputs, stable)
-    namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
-    local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
-    camel = "".join(part.capitalize() for part in spec.name.split("_"))
-    levels = 1 if strategy != "nested" else spec.order
-    bases = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, levels)]
-    classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
-    if strategy == "nested":
-        functions = _nested(classes, expr, inputs, spec.order, namer, stable)
+    if spec.strategy == "auto":
+        strategy, reason = choose_strategy(spec, expr, inputs, stable)
     else:
-        functions = (_single_level(classes[0], strategy, expr, inputs, namer, stable),)
+        strategy, reason = spec.strategy, "chosen in the spec"
+    functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
     derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
     return ModulePlan(
         spec=spec,
@@ -146,26 +140,49 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
     )
 
 
-def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> tuple[str, str]:
-    """The strategy and a one-line reason: the spec's choice, or the rule for ``auto``.
+def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, order: int):
+    """The generated Functions of ``strategy`` (``order`` levels when nested) and the local names."""
+    namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
+    local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
+    camel = "".join(part.capitalize() for part in spec.name.split("_"))
+    levels = 1 if strategy != "nested" else order
+    bases = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, levels)]
+    classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
+    if strategy == "nested":
+        functions = _nested(classes, expr, inputs, order, namer, stable)
+    else:
+        functions = (_single_level(classes[0], strategy, expr, inputs, namer, stable),)
+    params = frozenset(_symbols(spec.param_names))
+    return tuple(_with_power_ladders(fn, params, namer.taken) for fn in functions), local_names
 
-    ``auto`` saves the output when the first derivative, written in terms of the output, needs
-    no other function call of the inputs (exp, tanh, sigmoid): backward then recomputes nothing.
-    Otherwise it saves the inputs. Measured with ``dbgen bench`` (eager, 2**20 float32 elements),
-    returning shared intermediates or saving the output alongside the inputs cost more at second
-    order than recomputing from the inputs (mish, silu, gelu_tanh, gaussian_rbf), and ``nested``
-    pays a Function per level; both stay available on request.
+
+# Candidates for auto, simplest first: a tie goes to the earlier one. ``intermediates`` and
+# ``nested`` are not candidates: measured (dbgen bench, W3, 2**20 float32, one thread) they were
+# never faster beyond the noise of identical code, and slower on most examples (geometric means
+# 0.87 and 1.13 x composed against 0.82 for these two); the cost model does not capture their
+# extra Function calls and gradient accumulations well enough to pick them.
+AUTO_CANDIDATES = ("save_inputs", "save_outputs")
+
+
+def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> tuple[str, str]:
+    """The strategy ``auto`` resolves to and a one-line reason: the cheapest estimated W3 work.
+
+    Each candidate is planned and costed by ``cost.second_order_cost`` (kernel time in units of
+    one tensor product, from measured weights). The estimate is not finer than about 3 %: among
+    candidates that close to the cheapest, the one whose backward calls the fewest functions
+    (exp, tanh, ...) wins, as measured times favour it, then the simpler one.
     """
-    if spec.strategy != "auto":
-        return spec.strategy, "chosen in the spec"
-    forward = stable(expr)
-    derivatives = [stable(symbolic.clean(sympy.diff(expr, x))) for x in inputs]
-    out = sympy.Symbol("_out", real=True)
-    rewritten = [symbolic.in_terms_of(d, [(out, forward)], exact=False) for d in derivatives]
-    uses_output = any(out in d.free_symbols for d in rewritten)
-    if uses_output and not any(symbolic.calls_on(d, inputs) for d in rewritten):
-        return "save_outputs", "auto: the first derivative needs the output and no other function call"
-    return "save_inputs", "auto: backward recomputes from the inputs, the cheapest at second order when measured"
+    scalars = frozenset(_symbols(spec.param_names))
+    costs, calls = {}, {}
+    for strategy in AUTO_CANDIDATES:
+        functions, _ = _functions(spec, strategy, expr, inputs, stable, spec.order)
+        costs[strategy] = cost.second_order_cost(functions, scalars)
+        calls[strategy] = cost.function_calls(functions[0].backward)
+    cheapest = min(costs.values())
+    close = [s for s in AUTO_CANDIDATES if costs[s] <= 1.03 * cheapest]
+    best = min(close, key=lambda s: (calls[s], AUTO_CANDIDATES.index(s)))
+    listed = ", ".join(f"{s} {costs[s]:.1f}" for s in AUTO_CANDIDATES)
+    return best, f"auto: the cheapest estimated second-order work, in tensor-product times: {listed}"
 
 
 def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:
@@ -301,6 +318,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
         cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
         local = Namer(namer.taken)
         products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
+        limits.check(level + 1, products)  # stops a spec whose derivatives blow up
         gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
         last = level == order - 1
         raw = [r.expr for r in results]
@@ -358,7 +376,7 @@ def _block(results: list[Result], taken, inline: bool = False) -> Block:
 
     ``inline``: the results are printed where they are used, so none claims a temporary's name.
     """
-    replacements, reduced = symbolic.common_subexpressions([r.expr for r in results])
+    replacements, reduced = symbolic.common_subexpressions([sympy.factor_terms(r.expr) for r in results])
     namer = Namer({*taken, *(r.name for r in results)})
     # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
     claimed = {}
@@ -382,6 +400,55 @@ def _block(results: list[Result], taken, inline: bool = False) -> Block:
             Result(r.name, e.xreplace(names), r.grad_of, r.broadcast) for r, e in zip(results, reduced)
         ),
     )
+
+
+def _with_power_ladders(fn: FunctionPlan, params, taken) -> FunctionPlan:
+    """``fn`` with integer powers of each tensor computed from shared products (``_power_ladder``)."""
+    def ladder(block: Block | None) -> Block | None:
+        return None if block is None else _power_ladder(block, params, taken)
+
+    return replace(fn, forward=ladder(fn.forward), backward=ladder(fn.backward), jvp=ladder(fn.jvp))
+
+
+def _power_ladder(block: Block, params, taken) -> Block:
+    """Integer powers (|n| >= 4) of a tensor, built by squaring and multiplying shared temporaries.
+
+    torch.pow with an exponent other than 2, 3, -1 or -2 costs about seven memory passes on CPU
+    (measured, 2**20 float32): r**-13 and r**-7 next to r**-12 and r**-6 (lennard_jones) become
+    one reciprocal, one cube and four products of temporaries.
+    """
+    exprs = [value for _, value in block.temporaries] + [r.expr for r in block.results]
+    ladders = symbolic.power_ladders(exprs, params)
+    if not ladders:
+        return block
+    namer = Namer({*taken, *(name for name, _ in block.temporaries), *(r.name for r in block.results)})
+    symbols = {power: _symbol(namer.fresh(_describe(power))) for power, _, _ in ladders}
+    named = {**symbols, **{dummy: symbols[power] for power, dummy, _ in ladders}}
+    # A step's arguments, not the step itself, are renamed: the step r**3 is the power r**3.
+    definitions = {symbols[power]: step.func(*(a.xreplace(named) for a in step.args)) for power, _, step in ladders}
+    temporaries = [(_symbol(name), value.xreplace(symbols)) for name, value in block.temporaries]
+    results = tuple(replace(r, expr=r.expr.xreplace(symbols)) for r in block.results)
+    ordered = _on_demand(temporaries, definitions, [r.expr for r in results])
+    return Block(temporaries=tuple((str(s), v) for s, v in ordered), results=results)
+
+
+def _on_demand(temporaries, definitions: dict, uses) -> list:
+    """``temporaries`` in order, each new ``definitions`` entry placed just before its first use."""
+    ordered, placed = [], set()
+
+    def place(symbols):
+        for symbol in sorted(symbols, key=str):
+            if symbol in definitions and symbol not in placed:
+                placed.add(symbol)
+                place(definitions[symbol].free_symbols)
+                ordered.append((symbol, definitions[symbol]))
+
+    for symbol, value in temporaries:
+        place(value.free_symbols)
+        ordered.append((symbol, value))
+    for expr in uses:
+        place(expr.free_symbols)
+    return ordered
 
 
 def _describe(value: sympy.Expr) -> str:

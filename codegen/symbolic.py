@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import sympy
 
+from . import limits
+
 
 def clean(expr: sympy.Expr) -> sympy.Expr:
     """Drop the distributions SymPy produces at measure-zero points (autograd's convention)."""
@@ -48,6 +50,7 @@ def partial_derivatives(expr: sympy.Expr, inputs: tuple[sympy.Symbol, ...], orde
                 continue
             parent = cache[combo[:-1]]
             derivative = clean(sympy.diff(parent, inputs[combo[-1]]))
+            limits.check(degree, [derivative])  # stops a spec whose derivatives blow up
             cache[combo] = derivative
             shown.append((tuple(inputs[i] for i in combo), derivative))
     return shown, total - len(shown)
@@ -117,3 +120,54 @@ def common_subexpressions(exprs: list[sympy.Expr]):
     """SymPy's CSE with canonical ordering, so output does not depend on hashing."""
     return sympy.cse(exprs, symbols=sympy.numbered_symbols("_cse"), order="canonical")
 
+
+
+
+def power_ladders(exprs: list[sympy.Expr], scalars) -> list[tuple[sympy.Pow, sympy.Dummy, sympy.Expr]]:
+    """Steps that build every integer power (|n| >= 4) of a tensor in ``exprs`` from shared products.
+
+    Returns ``(power, dummy, step)`` triples in the order they must run: ``step`` computes
+    ``power`` as a square, a cube, a reciprocal or a product of the base and earlier steps'
+    dummies (symbols, so that SymPy does not fold them back into one power). Bases made only of
+    ``scalars`` (params, printed as Python floats) are left alone. Smaller powers of a laddered
+    base (r**2, r**-1) join its ladder so that nothing is computed twice.
+    """
+    scalars = set(scalars)
+    powers = sorted(
+        {p for e in exprs for p in sympy.preorder_traversal(e) if _integer_power(p) and not p.free_symbols <= scalars},
+        key=sympy.default_sort_key,
+    )
+    bases = {p.base for p in powers if abs(int(p.exp)) >= 4}
+    steps: dict[sympy.Expr, tuple[sympy.Dummy, sympy.Expr]] = {}
+    for power in powers:
+        if power.base in bases:
+            _ladder_step(power.base, int(power.exp), steps)
+    return [(power, dummy, step) for power, (dummy, step) in steps.items()]
+
+
+def _integer_power(node) -> bool:
+    return isinstance(node, sympy.Pow) and node.exp.is_Integer and abs(int(node.exp)) >= 2
+
+
+def _ladder_step(base: sympy.Expr, n: int, steps: dict) -> sympy.Dummy:
+    """The dummy for base**n, adding the steps it needs (torch special-cases x**2, x**3 and 1/x)."""
+    power = sympy.Pow(base, n)
+    if power in steps:
+        return steps[power][0]
+    if n in (-1, 2, 3):
+        step = power
+    elif n < 0:
+        inverse = _ladder_step(base, -1, steps)
+        m = -n
+        if m in (2, 3):
+            step = inverse**m
+        elif m % 2 == 0:
+            step = _ladder_step(base, -(m // 2), steps) ** 2
+        else:
+            step = _ladder_step(base, -(m - 1), steps) * inverse
+    elif n % 2 == 0:
+        step = _ladder_step(base, n // 2, steps) ** 2
+    else:
+        step = _ladder_step(base, n - 1, steps) * base
+    steps[power] = (sympy.Dummy(f"pow{n}"), step)
+    return steps[power][0]

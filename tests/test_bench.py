@@ -241,3 +241,14 @@ def test_report_saved_bytes_of_generated_forward(small_run):
         assert float(kept["saved MiB"]) > 0, spec
         w1 = next(row for row in rows if row["workload"] == "W1" and row["candidate"] == "composed")
         assert w1["saved MiB"] == "-" and float(w1["passes"]) > 0
+
+
+def test_fuse_generates_fused_candidates_and_says_so(tmp_path):
+    subject = bench.make_subject(one_input_spec(), ("save_inputs", "nested"), tmp_path, fuse=True)
+    fused = [c for c in subject.candidates if c.label in ("save_inputs", "nested")]
+    assert len(fused) == 2 and all(sys.modules[c.fn.__module__].FUSE for c in fused)
+    config = bench.make_config(N, "2", "nested", 1, 1, "float32", tmp_path / "r.md", tmp_path / "p.png", fuse=True)
+    assert config.command(Path("specs")).endswith(" --fuse")
+    assert ("fused", "yes: every level compiled into kernels (build --fuse)") in bench._settings(
+        bench.Results(config, Path("specs"), 1.0)
+    )

@@ -57,6 +57,10 @@ CASES = {
     "three_inputs_order4": dict(
         expr="x*y*z + exp(x*y) + sin(z)*tanh(x)", inputs=["x", "y", "z"], order=4,
         ref=lambda x, y, z: x * y * z + T.exp(x * y) + T.sin(z) * T.tanh(x)),
+    "integer_powers": dict(
+        expr="x**7 - 2*x**-5*y**4 + (1 + x**2)**-6 + y**-2", inputs=["x", "y"], order=3,
+        domain={"x": [0.5, 2], "y": [0.5, 2]},
+        ref=lambda x, y: x**7 - 2 * x**-5 * y**4 + (1 + x**2) ** -6 + y**-2),
     "shared_exp_output": dict(
         expr="x*exp(x)", inputs=["x"], order=4, ref=lambda x: x * T.exp(x)),
     "output_is_input": dict(expr="y", inputs=["x", "y"], order=3, ref=lambda x, y: y + 0 * x),

@@ -1,0 +1,71 @@
+"""The cost model behind auto, and the power ladders that keep torch.pow's slow path out of the code."""
+
+from __future__ import annotations
+
+import re
+
+import sympy
+
+from codegen import cost, symbolic
+from codegen.expr import parse_expr
+from codegen.plan import make_plan
+from codegen.spec import Spec
+
+x, y, a = sympy.symbols("x y a", real=True)
+
+
+def _spec(expr: str, inputs=("x",), params=(), strategy="auto", order=2) -> Spec:
+    return Spec(path="f.yaml", name="f", expr=expr, inputs=tuple(inputs), order=order, params=tuple(params),
+                strategy=strategy)
+
+
+def _plan(expr: str, **kwargs):
+    spec = _spec(expr, **kwargs)
+    return make_plan(spec, parse_expr(spec.expr, spec.inputs, spec.param_names))
+
+
+def test_general_powers_cost_more_than_squares_and_products():
+    assert cost.block_cost([x**6], set())[0] > 5 * cost.block_cost([x**2], set())[0]
+    assert cost.block_cost([x * y], set())[0] == cost.TENSOR_OP
+
+
+def test_ops_on_params_alone_are_free_and_repeated_subexpressions_count_once():
+    assert cost.block_cost([a**12 * sympy.exp(a)], {a}) == (0.0, 0.0)
+    once = cost.block_cost([sympy.exp(x)], set())[0]
+    assert cost.block_cost([sympy.exp(x), sympy.exp(x) + 1], set())[0] == once + cost.SCALAR_OP
+
+
+def test_auto_saves_the_output_when_the_derivative_is_the_output():
+    assert _plan("exp(2*x)").strategy == "save_outputs"
+    assert _plan("exp(-a*(x - y)**2)", inputs=("x", "y"), params=(("a", 0.5),)).strategy == "save_outputs"
+
+
+def test_auto_saves_inputs_when_the_output_would_cost_a_second_backward():
+    plan = _plan("x*sigmoid(x)")  # d/dx = s + x*s*(1 - s): the output does not replace s
+    assert plan.strategy == "save_inputs"
+    assert "save_inputs" in plan.reason and "save_outputs" in plan.reason
+
+
+def test_a_strategy_named_in_the_spec_is_kept():
+    assert _plan("exp(x)", strategy="nested").strategy == "nested"
+
+
+def test_power_ladders_share_products():
+    steps = symbolic.power_ladders([x**-13 * y + x**-7 + x**-12], set())
+    built = {power: step for power, _, step in steps}
+    assert set(built) == {x**-1, x**-3, x**-6, x**-12, x**-13, x**-7}
+    assert all(not (isinstance(s, sympy.Pow) and abs(s.exp) > 3) for s in built.values())
+
+
+def test_powers_of_params_and_small_powers_are_left_alone():
+    assert symbolic.power_ladders([a**12 * x + x**3 + x**-2], {a}) == []
+
+
+def test_generated_code_raises_tensors_only_to_fast_powers():
+    plan = _plan("4*((1/x)**12 - (1/x)**6)", order=3)
+    from codegen.render import render_module
+
+    code = render_module(plan, "0" * 64)
+    statements = [line for line in code.splitlines() if re.match(r"\s+\w+ = ", line)]  # not docstrings
+    exponents = {int(e) for line in statements for e in re.findall(r"\*\*\(?(-?\d+)\)?", line)}
+    assert exponents <= {2, 3}, code

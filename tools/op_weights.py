@@ -1,0 +1,52 @@
+"""Measure the op weights of codegen/cost.py: one kernel's time relative to a product of two tensors.
+
+    python tools/op_weights.py [--size 1048576]
+
+CPU, one thread, float32; the best of five timings of 30 calls each. Compare the printed ratios
+with FUNCTION_WEIGHTS (forward column) and the constants in codegen/cost.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+OPS = {
+    "mul": lambda x, y: x * y, "add": lambda x, y: x + y, "scalar mul": lambda x, y: x * 3.0,
+    "1 - x": lambda x, y: 1 - x, "x**2": lambda x, y: x**2, "x**3": lambda x, y: x**3, "1/x": lambda x, y: 1 / x,
+    "x**6": lambda x, y: x**6, "x**-7": lambda x, y: x**-7, "sqrt": lambda x, y: torch.sqrt(x),
+    "exp": lambda x, y: torch.exp(x), "log": lambda x, y: torch.log(x), "log1p": lambda x, y: torch.log1p(x),
+    "expm1": lambda x, y: torch.expm1(x), "tanh": lambda x, y: torch.tanh(x), "sigmoid": lambda x, y: torch.sigmoid(x),
+    "softplus": lambda x, y: torch.nn.functional.softplus(x), "erf": lambda x, y: torch.erf(x),
+    "sin": lambda x, y: torch.sin(x), "sinh": lambda x, y: torch.sinh(x), "cosh": lambda x, y: torch.cosh(x),
+    "atan": lambda x, y: torch.atan(x), "atan2": lambda x, y: torch.atan2(x, y), "asinh": lambda x, y: torch.asinh(x),
+    "hypot": lambda x, y: torch.hypot(x, y), "logaddexp": lambda x, y: torch.logaddexp(x, y),
+}
+
+
+def best_seconds(op, x, y, calls: int = 30) -> float:
+    op(x, y)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            op(x, y)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=2**20)
+    size = parser.parse_args().size
+    torch.set_num_threads(1)
+    x, y = torch.rand(size) + 0.5, torch.rand(size) + 0.5
+    unit = best_seconds(OPS["mul"], x, y)
+    for name, op in OPS.items():
+        print(f"{name:12s} {best_seconds(op, x, y) / unit:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
