@@ -6,6 +6,7 @@ Python decides every line of code (printed by ``TorchPrinter``); the templates o
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,13 +81,30 @@ class KernelView:
     returns: str
 
 
+def ruff_formatted(code: str) -> str:
+    """``code`` as ``ruff format`` with its default settings writes it.
+
+    Users check the generated files into projects that run ruff (or Black, whose style ruff's
+    follows): they must pass ``ruff format --check`` unchanged. The ruff version is bounded in the
+    dependencies to one minor release, within which its style does not change, so that output
+    stays byte-identical.
+    """
+    from ruff.__main__ import find_ruff_bin
+
+    command = [find_ruff_bin(), "format", "--isolated", "--stdin-filename", "generated.py", "-"]
+    result = subprocess.run(command, input=code, capture_output=True, text=True, encoding="utf-8", check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"ruff format refused the generated code: {result.stderr.strip()}")
+    return result.stdout
+
+
 def render_module(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
     printers: list[TorchPrinter] = []
     views = [_function_view(fn, plan, printers) for fn in plan.functions]
     helpers = _helpers_used(views)
     call_args = ", ".join([*spec.inputs, *spec.param_names])
-    return _environment().get_template("module.py.jinja").render(
+    return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
         formula=_formula(plan.expr),
@@ -105,7 +123,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         ctx_output=plan.local("output"),
         broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
         returns_first_only=plan.returns_first_only,
-    )
+    ))
 
 
 def render_tests(plan: ModulePlan, digest: str) -> str:
@@ -117,7 +135,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         # keep every input in the graph, so the reference has the broadcast shape and dtype
         value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
     shapes = _test_shapes(len(spec.inputs))
-    return _environment().get_template("test_module.py.jinja").render(
+    return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
         uses_math=printer.uses_math,
@@ -128,12 +146,12 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         shapes={name: repr(shape) for name, shape in zip(spec.inputs, shapes)},
         stability_points={name: repr(_stability_points(bounds)) for name, bounds in spec.domain},
         strategy=plan.strategy,
-    )
+    ))
 
 
 def render_init(names: list[str], specs_path: str, digest: str) -> str:
-    return _environment().get_template("init.py.jinja").render(
-        header=header(specs_path, digest), names=sorted(names)
+    return ruff_formatted(
+        _environment().get_template("init.py.jinja").render(header=header(specs_path, digest), names=sorted(names))
     )
 
 
@@ -181,8 +199,8 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
         args=", ".join([*fn.inputs, *params]),
         forward_lines=tuple(forward_lines),
         forward_return=", ".join(outputs),
-        input_unpack=_unpack([*fn.inputs, *params]),
-        output_unpack=((_unpack(outputs) if len(outputs) > 1 else outputs[0]) if needs_output else None),
+        input_unpack=_unpack_used([*fn.inputs, *params], {*fn.saved, *params}),
+        output_unpack=((_unpack_used(outputs, fn.saved) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
         ctx_lines=tuple(f"ctx.{name} = {name}" for name in params)
@@ -320,6 +338,13 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     text = "\n".join(lines)
     helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing") if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
+
+
+def _unpack_used(names, used) -> str | None:
+    """An unpacking target naming only what is used (others get a leading "_"); None if nothing is."""
+    if not set(names) & set(used):
+        return None
+    return _unpack([name if name in used else f"_{name}" for name in names])
 
 
 def _unpack(names) -> str:

@@ -20,13 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MUTATIONS = {
     # first derivative of a save_inputs Function, off by 0.05%: below gradcheck's tolerance, not ours
-    "square": (r"grad_x = 2\*grad_out\*x", "grad_x = 2.001*grad_out*x",
+    "square": (r"grad_x = 2 \* grad_out \* x", "grad_x = 2.001 * grad_out * x",
                ["test_derivatives_match_composed[1]", "test_derivatives_match_composed[2]"]),
     # the third derivative, at the last nested level only: gradcheck and gradgradcheck cannot see it
-    "cube": (r"grad_x = grad2_x\*grad3_grad_out\*t0 \+ 6\*", "grad_x = grad2_x*grad3_grad_out*t0 + 7*",
+    "cube": (r"grad_x = t2 \* \(t0 \+ t1\)", "grad_x = t2 * (t0 + 1.001 * t1)",
              ["test_derivatives_match_composed[3]"]),
     # the tutorial's warning: forget the gradient arriving on an intermediate output
-    "sinh": (r"\n        if grad_exp_x is not None:\n            grad_x = _accumulate\(grad_x, exp_x\*grad_exp_x\)", "",
+    "sinh": (r"\n        if grad_exp_x is not None:\n            grad_x = _accumulate\(grad_x, exp_x \* grad_exp_x\)", "",
              ["test_gradgradcheck", "test_derivatives_match_composed[2]"]),
 }
 
