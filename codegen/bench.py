@@ -193,7 +193,7 @@ def import_path(path: Path):
         del sys.modules[name]
         raise BenchError(
             f"{exc.name} is not installed; bench imports the composed expression from the generated test "
-            f"file, which needs it: pip install 'dbgen[test]'"
+            f"file, which needs it: pip install pytest (or dbgen's test extra)"
         ) from None
     return module
 
@@ -625,7 +625,7 @@ def write_plot(results: Results, path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "matplotlib is not installed (pip install 'dbgen[bench]')"
+        return "matplotlib is not installed (pip install matplotlib)"
     subjects = results.subjects
     columns = min(4, len(subjects))
     nrows = math.ceil(len(subjects) / columns)

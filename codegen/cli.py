@@ -116,8 +116,11 @@ def build(
     )
     if orphans and not prune:
         for rel in orphans:
-            say.note(f"{output.as_posix()}/{rel}: orphaned (its spec is gone)")
-        say.note(f"dbgen: {len(orphans)} orphaned file(s) kept; rerun with --prune to delete them")
+            say.note(f"{output.as_posix()}/{rel}: orphaned (no spec under {specs.as_posix()} generates it)")
+        say.note(
+            f"dbgen: {len(orphans)} orphaned file(s) kept; if {specs.as_posix()} holds all your specs, rerun with "
+            "--prune to delete them, else build the folder that holds them all"
+        )
 
 
 @app.command()
@@ -254,7 +257,7 @@ def graph(
 
 @app.command()
 def new(
-    name: str = typer.Argument(..., help="The function's name, lower snake_case; the file is NAME.yaml."),
+    name: str = typer.Argument(..., metavar="NAME", help="The function's name, lower snake_case; the file is NAME.yaml."),
     expr: str = typer.Option(..., "--expr", help="The formula, e.g. 'x * tanh(softplus(x))'; ** is power."),
     inputs: str = typer.Option(..., "--inputs", help="The input names in call order, comma-separated: x,y."),
     order: int = typer.Option(2, "--order", help="Highest derivative order written out and verified (1 to 8)."),
@@ -289,8 +292,8 @@ def new(
     say = console.Console()
     if written.schema is not None:
         say.result(f"dbgen: wrote {written.schema.as_posix()} (the JSON Schema editors check specs with)")
-    shown, folder = written.spec.as_posix(), written.spec.parent.as_posix()
-    say.result(f"dbgen: wrote {shown}; next: dbgen show {shown}, then dbgen build {folder}")
+    shown = written.spec.as_posix()
+    say.result(f"dbgen: wrote {shown}; next: dbgen show {shown}, then {_build_hint(written.spec)}")
 
 
 @app.command()
@@ -334,6 +337,19 @@ def _settings(specs: Path | None, output: Path | None, jobs: int | None, fuse: b
     except config.ConfigError as exc:
         console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None
+
+
+def _build_hint(spec: Path) -> str:
+    """The build that includes a new spec: one build's SPECS is the whole set of its output's specs,
+    so the hint names the configured or conventional specs folder, never just the new spec's own."""
+    from . import config
+
+    _, table = config.load()
+    if "specs" in table:
+        return "dbgen build"
+    top = Path("specs")
+    inside = spec.parent == top or top in spec.parents
+    return f"dbgen build {top.as_posix()}/" if inside else f"dbgen build SPECS (the folder of all your specs, {spec.parent.as_posix()} or above)"
 
 
 def _configured_specs_folder() -> Path:

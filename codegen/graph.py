@@ -6,7 +6,7 @@ and torchviz draws the graph of every tensor computed, as the pictures of PyTorc
 "Double Backward with Custom Functions" do. The generated Functions appear as their autograd
 nodes: ``SinhBackward``, ``CubeBackward``, ``CubeBackwardBackward``, ...
 
-torchviz (``pip install 'dbgen[viz]'``) and Graphviz's ``dot`` program are needed only here.
+torchviz (``pip install torchviz``, or dbgen's viz extra) and Graphviz's ``dot`` program are needed only here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .write import _atomic_write
 FORMATS = ("svg", "png")
 MAX_GRAPH_ORDER = 8
 SAMPLES = 5  # points per input: the graph's shape does not depend on it, only the tensor sizes shown
-INSTALL_VIZ = "pip install 'dbgen[viz]'"
+INSTALL_VIZ = "pip install torchviz (or dbgen's viz extra)"
 INSTALL_DOT = "apt install graphviz (Debian, Ubuntu), brew install graphviz (macOS), or https://graphviz.org/download/"
 MISSING_DOT = f"graph needs Graphviz's 'dot' program, which is not on PATH; install it: {INSTALL_DOT}"
 

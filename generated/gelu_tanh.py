@@ -9,7 +9,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d2f/dx2 = (77 operations; see the generated formulas below)
     d3f/dx3 = (148 operations; see the generated formulas below)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work, in tensor-product times: save_inputs 39.8, save_outputs 58.5).
+Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 39.8, save_outputs 58.5)).
 Derivatives of every order up to 3 are verified by tests/test_gelu_tanh.py.
 """
 

@@ -9,7 +9,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d2f/dx2 = x*(1 - tanh(softplus(x))**2)*(1 - sigmoid(x))*sigmoid(x) - 2*x*(1 - tanh(softplus(x))**2)*tanh(softplus(x))*sigmoid(x)**2 + 2*(1 - tanh(softplus(x))**2)*sigmoid(x)
     d3f/dx3 = (104 operations; see the generated formulas below)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work, in tensor-product times: save_inputs 34.9, save_outputs 34.9).
+Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 34.9, save_outputs 34.9)).
 Derivatives of every order up to 3 are verified by tests/test_mish.py.
 """
 

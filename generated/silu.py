@@ -10,7 +10,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d3f/dx3 = x*(1 - sigmoid(x))**3*sigmoid(x) - 2*x*(1 - sigmoid(x))**2*sigmoid(x)**2 - x*(1 - sigmoid(x))*(2 - 2*sigmoid(x))*sigmoid(x)**2 + x*(1 - sigmoid(x))*sigmoid(x)**3 + 3*(1 - sigmoid(x))**2*sigmoid(x) - 3*(1 - sigmoid(x))*sigmoid(x)**2
     d4f/dx4 = (111 operations; see the generated formulas below)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work, in tensor-product times: save_inputs 20.6, save_outputs 22.4).
+Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 20.6, save_outputs 22.4)).
 Derivatives of every order up to 4 are verified by tests/test_silu.py.
 """
 

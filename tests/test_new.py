@@ -31,7 +31,7 @@ def test_writes_a_spec_that_builds(here):
     assert result.exit_code == 0, result.stderr
     path = here / "specs" / "swish.yaml"
     assert result.stdout.splitlines()[-1] == (
-        "dbgen: wrote specs/swish.yaml; next: dbgen show specs/swish.yaml, then dbgen build specs"
+        "dbgen: wrote specs/swish.yaml; next: dbgen show specs/swish.yaml, then dbgen build specs/"
     )
     spec = load_spec(path, "specs/swish.yaml")
     assert (spec.name, spec.expr, spec.inputs, spec.order) == ("swish", "x * sigmoid(beta * x)", ("x",), 3)
@@ -58,6 +58,15 @@ def test_a_schema_in_a_folder_above_is_reused(here):
     assert schema.read_text() == "{}\n"
     assert not (here / "specs" / "polynomials" / SCHEMA_FILE).exists()
     assert "JSON Schema" not in result.stdout
+    # one build's SPECS is the whole set: the hint never narrows it to the new spec's subfolder
+    assert result.stdout.rstrip().endswith("then dbgen build specs/")
+
+
+def test_the_build_hint_is_the_bare_command_in_a_configured_project(here):
+    (here / "pyproject.toml").write_text('[tool.dbgen]\nspecs = "specs"\n')
+    result = invoke("new", "cube", "--expr", "x**3", "--inputs", "x", "-o", "specs/extra")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.rstrip().endswith("then dbgen build")
 
 
 def test_the_written_spec_validates_against_the_schema(here):
