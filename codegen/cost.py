@@ -92,8 +92,3 @@ def _reads(block, symbols) -> bool:
     used = set().union(*(v.free_symbols for _, v in block.temporaries), *(r.expr.free_symbols for r in block.results))
     return bool(used & symbols)
 
-
-def function_calls(block) -> int:
-    """How many function calls (exp, tanh, ...) of tensors ``block`` computes."""
-    values = [value for _, value in block.temporaries] + [r.expr for r in block.results]
-    return len({node for v in values for node in sympy.preorder_traversal(v) if isinstance(node, sympy.Function)})

@@ -168,22 +168,21 @@ def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> t
     """The strategy ``auto`` resolves to and a one-line reason: the cheapest estimated W3 work.
 
     Each candidate is planned and costed by ``cost.second_order_cost`` (kernel time in units of
-    one tensor product, from measured weights). The estimate is not finer than about 3 %: among
-    candidates that close to the cheapest, the one whose backward calls the fewest functions
-    (exp, tanh, ...) wins, as measured times favour it, then the simpler one.
+    one tensor product, from measured weights). The estimate is not finer than about 3 %: a
+    candidate wins only if it is that much cheaper than the simpler ones before it.
     """
     scalars = frozenset(_symbols(spec.param_names))
-    costs, calls = {}, {}
+    costs = {}
     for strategy in AUTO_CANDIDATES:
         functions, _ = _functions(spec, strategy, expr, inputs, stable, spec.order)
         costs[strategy] = cost.second_order_cost(functions, scalars)
-        calls[strategy] = cost.function_calls(functions[0].backward)
-    cheapest = min(costs.values())
-    close = [s for s in AUTO_CANDIDATES if costs[s] <= 1.03 * cheapest]
-    best = min(close, key=lambda s: (calls[s], AUTO_CANDIDATES.index(s)))
+    best = AUTO_CANDIDATES[0]
+    for strategy in AUTO_CANDIDATES[1:]:
+        if costs[strategy] < 0.97 * costs[best]:
+            best = strategy
     listed = ", ".join(f"{s} {costs[s]:.1f}" for s in AUTO_CANDIDATES)
-    why = "the cheapest estimated second-order work" if costs[best] == cheapest else (
-        "within 3 % of the cheapest estimated second-order work, with fewer function calls in backward")
+    why = "the cheapest estimated second-order work" if costs[best] == min(costs.values()) else (
+        "the simpler one, within 3 % of the cheapest estimated second-order work")
     return best, f"auto: {why} (in tensor-product times: {listed})"
 
 

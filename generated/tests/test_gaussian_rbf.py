@@ -93,7 +93,7 @@ def derivative_chain(fn, inputs, order, seed):
 
 def test_module_constants():
     assert generated.ORDER == ORDER
-    assert generated.STRATEGY == "save_outputs"
+    assert generated.STRATEGY == "save_inputs"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
