@@ -160,11 +160,41 @@ def _parse_bounded(text: str) -> ast.Expression:
     return tree
 
 
+_UNDEFINED = (sympy.zoo, sympy.nan, sympy.oo, -sympy.oo)
+_UNDEFINED_MESSAGE = "the expression is undefined or infinite as written (a division by zero or log(0)?)"
+
+
+def _real_parts(value: sympy.Expr) -> sympy.Expr:
+    """``value`` without ``re``/``im``: SymPy writes abs(exp(u)) as exp(re(u)) and abs(2**u) as
+    2**re(u) when it cannot prove u real (asin(x/2) is complex for |x| > 2), and the printer has no
+    re or im. Every part of a spec's expression is real wherever it is defined, so re(u) is u and
+    im(u) is 0."""
+    if value.has(sympy.re, sympy.im):
+        value = value.replace(sympy.re, lambda u: u).replace(sympy.im, lambda u: sympy.S.Zero)
+    return value
+
+
+_COMPLEX_MESSAGE = "the expression has a complex value as written (e.g. sqrt of a negative constant)"
+
+
+def _defined(value: sympy.Expr) -> sympy.Expr:
+    """``value``, checked as soon as it is built, before an enclosing call or power sees it: SymPy
+    raises TypeError comparing an undefined part (atan2(0, 0) is NaN), and can take minutes to
+    evaluate a function of complex constants (atan2(acos(pi), acos(pi)): 100 s)."""
+    if value.has(*_UNDEFINED):
+        raise ExprError(_UNDEFINED_MESSAGE)
+    if value.has(sympy.I):
+        raise ExprError(_COMPLEX_MESSAGE)
+    if not value.free_symbols:
+        _check_constants(value)
+    return value
+
+
 def _check_result(result: sympy.Expr) -> None:
-    if result.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
-        raise ExprError("the expression is undefined or infinite as written (a division by zero or log(0)?)")
+    if result.has(*_UNDEFINED):
+        raise ExprError(_UNDEFINED_MESSAGE)
     if result.has(sympy.I):
-        raise ExprError("the expression has a complex value as written (e.g. sqrt of a negative constant)")
+        raise ExprError(_COMPLEX_MESSAGE)
     for number in result.atoms(sympy.Number):
         if not _fits_float(number):
             raise ExprError(f"the constant {_short(number)} is too large; constants must be at most 1e300 in size")
@@ -254,7 +284,7 @@ class _Builder:
             if method is None:
                 what = _NODE_TEXT.get(type(node), type(node).__name__)
                 raise ExprError(f"{what} is not allowed in an expression; {_LANGUAGE}")
-            return method(node)
+            return _defined(_real_parts(method(node)))
         finally:
             self.depth -= 1
 

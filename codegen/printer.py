@@ -49,7 +49,8 @@ class TorchPrinter(PythonCodePrinter):
             return f"1/{self.parenthesize(base, precedence(expr))}"
         if exponent.is_Rational and not exponent.is_Integer:
             return f"{self.parenthesize(base, precedence(expr))}**({float(exponent)!r})"
-        return f"{self.parenthesize(base, precedence(expr), strict=True)}**{self.parenthesize(exponent, precedence(expr))}"
+        # ** is right-associative: a base of the same precedence, (b**c)**d, needs its parentheses
+        return f"{self.parenthesize(base, precedence(expr))}**{self.parenthesize(exponent, precedence(expr))}"
 
     # --- constants ---------------------------------------------------------------------
     def _print_Pi(self, expr):
@@ -143,13 +144,15 @@ class TorchPrinter(PythonCodePrinter):
         (arg,) = expr.args
         if self.is_tensor(arg):
             return f"torch.sigmoid({self._print(arg)})"
-        return self._print(1 / (1 + sympy.exp(-arg)))
+        # a float: through tanh, which cannot overflow, and parenthesized like the call it replaces
+        return f"({self._print(sympy.S.Half + sympy.tanh(arg / 2) / 2)})"
 
     def _print_softplus(self, expr):
         (arg,) = expr.args
         if self.is_tensor(arg):
             return f"torch.nn.functional.softplus({self._print(arg)})"
-        return self._print(log1p(sympy.exp(arg)))
+        # a float: max(u, 0) + log1p(exp(-|u|)), which cannot overflow, parenthesized like a call
+        return f"({self._print(sympy.Max(arg, 0) + log1p(sympy.exp(-sympy.Abs(arg))))})"
 
     def _print_logaddexp(self, expr):
         a, b = expr.args

@@ -100,7 +100,10 @@ def _name() -> dict:
         "type": "string",
         "pattern": "^" + spec._NAME_RE.pattern.removesuffix("\\Z") + "$",
         "maxLength": spec.MAX_NAME_CHARS,
-        "not": {"enum": sorted(n for n in reserved if spec._NAME_RE.match(n))},
+        "not": {"anyOf": [
+            {"enum": sorted(n for n in reserved if spec._NAME_RE.match(n))},
+            {"pattern": "^(test|conftest$)"},  # modules pytest would collect
+        ]},
     }
 
 

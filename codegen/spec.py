@@ -44,8 +44,9 @@ _NATIVE_RE = re.compile(r"torch(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
 _NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
 # File names Windows refuses whatever the extension: OUT/NAME.py could not be written there.
 _WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
-# Names the generated module itself defines or imports at top level.
-_MODULE_GLOBALS = {"torch", "math"}
+# Names the generated module itself defines or imports at top level (functools and warnings for
+# fused kernels: a public function named warnings would break their fallback's warnings.warn).
+_MODULE_GLOBALS = {"torch", "math", "functools", "warnings"}
 # Names an input or param may not take: they would shadow the language or the generated code.
 _RESERVED_SYMBOLS = set(FUNCTION_ARITY) | set(CONSTANT_NAMES) | _MODULE_GLOBALS | {"ctx"}
 _SCALAR_TAGS = {
@@ -149,8 +150,12 @@ def load_spec(path: Path, shown: str, check_expr: bool = True) -> Spec:
     ``check_expr=False`` parses the expression only when the file has other problems (to report
     them all at once); a build that finds its output up to date then never imports SymPy.
     """
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in shown):
-        raise SpecErrors([Problem(repr(shown)[1:-1], 1, "the file name contains control characters; rename the file")])
+    if not shown.isprintable():
+        # The path is written into every generated file's header: it must encode as UTF-8 (a name
+        # that is not UTF-8 on disk arrives as lone surrogates) and hold no line breaks (U+2028,
+        # NEL included), bidi overrides or other invisible characters.
+        reason = "is not valid UTF-8" if _has_surrogates(shown) else "contains control or invisible characters"
+        raise SpecErrors([Problem(repr(shown)[1:-1], 1, f"the file name {reason}; rename the file")])
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
@@ -164,6 +169,10 @@ def load_spec(path: Path, shown: str, check_expr: bool = True) -> Spec:
         raise SpecErrors([Problem(shown, line, "the file is not valid UTF-8; save it as UTF-8")]) from None
     root = _compose(text, shown)
     return _validate(root, shown, check_expr)
+
+
+def _has_surrogates(text: str) -> bool:
+    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
 
 
 def _compose(text: str, shown: str) -> yaml.MappingNode:
@@ -400,6 +409,8 @@ def _read_name(reader: _Reader, node) -> str | None:
         reader.fail(node, f"name '{name}' would shadow the Python builtin '{name}'; choose another name")
     elif name == "tests":
         reader.fail(node, "name 'tests' is the generated tests folder (OUT/tests/); choose another name")
+    elif name.startswith("test") or name == "conftest":
+        reader.fail(node, f"name '{name}' is one pytest collects (OUT/{name}.py would be run as tests); choose another name")
     elif name in _MODULE_GLOBALS:
         reader.fail(node, f"name '{name}' would shadow the module '{name}' that generated code uses; choose another")
     elif name in _WINDOWS_RESERVED:

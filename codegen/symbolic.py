@@ -13,9 +13,17 @@ from . import limits
 
 
 def clean(expr: sympy.Expr) -> sympy.Expr:
-    """Drop the distributions SymPy produces at measure-zero points (autograd's convention)."""
+    """Drop the distributions SymPy produces at measure-zero points, and the derivative of sign
+    (autograd's convention: 0), and take real and imaginary parts of real values: every value the
+    generated code computes is a real tensor, but SymPy cannot always prove it (the derivatives of
+    abs(x**asin(x/4)) keep Derivative(re(...)) and Derivative(sign(...)) otherwise)."""
     if expr.has(sympy.DiracDelta):
         expr = expr.replace(lambda e: isinstance(e, sympy.DiracDelta), lambda e: sympy.S.Zero)
+    if expr.has(sympy.re, sympy.im):
+        expr = expr.replace(sympy.re, lambda u: u).replace(sympy.im, lambda u: sympy.S.Zero).doit()
+    if expr.has(sympy.Derivative):  # of sign(u), for a u SymPy cannot prove real: 0 almost everywhere
+        expr = expr.replace(lambda e: isinstance(e, sympy.Derivative) and isinstance(e.expr, sympy.sign),
+                            lambda e: sympy.S.Zero)
     return expr
 
 

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 from helpers import build_spec
+
+# Hypothesis profiles for the property and fuzz tests. `ci` (the default) is derandomized, so every
+# run tries the same examples, and small; `long` (DBGEN_HYPOTHESIS_PROFILE=long) is random and 20x
+# larger, for on-demand bug hunting. Each test scales its own budget by max_examples / 100.
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("ci", max_examples=100, derandomize=True, database=None, deadline=None,
+                          suppress_health_check=_SLOW_OK, print_blob=True)
+settings.register_profile("long", max_examples=2000, database=None, deadline=None,
+                          suppress_health_check=_SLOW_OK, print_blob=True)
+settings.load_profile(os.environ.get("DBGEN_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture

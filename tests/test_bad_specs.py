@@ -115,6 +115,13 @@ CORPUS = [
     bad("name_yaml_bool", spec("x", name="yes"), (1, "name 'yes' is read by YAML as true/false; put it in quotes")),
     bad("name_windows_reserved", spec("x", name="con"), (1, "name 'con' is a reserved file name on Windows")),
     bad("name_too_long", spec("x", name="a" * 101), (1, "name is 101 characters; keep it to 100")),
+    # the name is a file name (OUT/NAME.py): no path may escape OUT
+    bad("name_path_traversal", spec("x", name="../evil"), (1, "name '../evil' must be lower snake_case")),
+    bad("name_with_slash", spec("x", name="a/b"), (1, "name 'a/b' must be lower snake_case")),
+    bad("name_with_backslash", spec("x", name="'a\\b'"), (1, "must be lower snake_case")),
+    bad("name_absolute_path", spec("x", name="/tmp/evil"), (1, "name '/tmp/evil' must be lower snake_case")),
+    bad("name_dotted", spec("x", name="os.path"), (1, "name 'os.path' must be lower snake_case")),
+    bad("name_trailing_newline", spec("x", name='"evil\\n"'), (1, "must be lower snake_case")),
     # inputs
     bad("inputs_string", spec("inputs_string", inputs="x"), (3, "inputs must be a list, e.g. [x, y]")),
     bad("inputs_mapping", spec("inputs_mapping", inputs="{x: 1}"), (3, "inputs must be a list")),
@@ -188,6 +195,8 @@ CORPUS = [
     bad("fuse_string", spec("fuse_string", fuse='"true"'), (5, "fuse must be true or false (unquoted), not 'true'")),
     bad("fuse_number", spec("fuse_number", fuse="1"), (5, "fuse must be true or false")),
     bad("name_tests_folder", spec("name_tests_folder", name="tests"), (1, "generated tests folder")),
+    bad("name_pytest_collects", spec("name_pytest_collects", name="test_swish"), (1, "one pytest collects")),
+    bad("name_conftest", spec("name_conftest", name="conftest"), (1, "one pytest collects")),
     # expressions
     expr("expr_caret", "x^2", "'^' is not power in dbgen (it is XOR in Python); write '**'"),
     expr("expr_caret_syntax", "x^^2", "syntax error"),
@@ -229,6 +238,9 @@ CORPUS = [
     expr("expr_division_by_zero", "1/0", "division by zero"),
     expr("expr_division_by_zero_symbolic", "x/(x - x)", "division by zero"),
     expr("expr_log_zero", "log(0) + x", "undefined or infinite as written"),
+    expr("expr_nan_inside_a_call", "atan2(atan2(0, pi), atan2(0, 0)) + x", "undefined or infinite as written"),
+    expr("expr_nan_exponent", "x ** atan2(0, 0)", "undefined or infinite as written"),
+    expr("expr_slow_complex_constants", "atan2(acos(pi), acos(pi)) * x", "the constant part acos(pi) has no real value"),
     expr("expr_sqrt_negative", "sqrt(-1) * x", "complex value"),
     expr("expr_asin_outside_domain", "x + asin(2)", "the constant part asin(2) has no real value"),
     expr("expr_exp_overflow", "x * exp(1000)", "the constant part exp(1000) is too large for a float"),
