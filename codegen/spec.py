@@ -39,7 +39,7 @@ _EXAMPLES = {"name": "name: my_function", "expr": "expr: x * sigmoid(x)", "input
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-_NATIVE_RE = re.compile(r"torch(\.[A-Za-z_][A-Za-z0-9_]*)+\Z")
+_NATIVE_RE = re.compile(r"torch(\.[A-Za-z][A-Za-z0-9_]*)+\Z")  # public names only: no torch._C, torch.__builtins__
 # A plain number YAML 1.1 reads as text (1e-3, 1.5e3): YAML 1.2 and every PyTorch user read a number.
 _NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
 # File names Windows refuses whatever the extension: OUT/NAME.py could not be written there.
@@ -571,7 +571,7 @@ def _read_native(reader: _Reader, node) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _NATIVE_RE.match(value):
-        reader.fail(node, f"native {_shown(node)} must be a dotted name starting with 'torch.', e.g. torch.sinh")
+        reader.fail(node, f"native {_shown(node)} must be a dotted name of public names starting with 'torch.', e.g. torch.sinh")
         return None
     return value
 

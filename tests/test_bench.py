@@ -252,3 +252,10 @@ def test_fuse_generates_fused_candidates_and_says_so(tmp_path):
     assert ("fused", "yes: every level compiled into kernels (build --fuse)") in bench._settings(
         bench.Results(config, Path("specs"), 1.0)
     )
+
+
+def test_a_native_name_that_leads_out_of_torch_is_refused():
+    """torch.os is the os module: attribute lookup alone would reach os.system."""
+    with pytest.raises(bench.BenchError, match="not a torch function"):
+        bench.resolve_native("torch.os.system")
+    assert bench.resolve_native("torch.nn.functional.softplus") is F.softplus
