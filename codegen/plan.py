@@ -323,7 +323,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
         gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
         last = level == order - 1
         raw = [r.expr for r in results]
-        tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, _symbols(names), namer, [], True, stable)
+        tangents, jvp_block, _ = _forward_mode(results, raw, _symbols(names), namer, [], True, stable)
         printed = [Result(r.name, stable(r.expr), r.grad_of, r.broadcast) for r in results]
         printed_gradients = [Result(g.name, stable(g.expr), g.grad_of) for g in gradients]
         functions.append(
