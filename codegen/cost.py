@@ -1,11 +1,11 @@
 """The cost model behind ``auto``: the estimated time of second-order work (W3) per strategy.
 
-A candidate plan's cost is the time, in memory passes, of the elementwise kernels that
+A candidate plan's cost is the time, in units of one tensor product, of the elementwise kernels that
 ``torch.autograd.grad(..., create_graph=True)`` followed by a second ``grad`` runs through it:
 forward, the first backward, and the second-order work. For a single-level strategy the
 second-order work is autograd differentiating the backward's torch ops, plus the backward run
 once more when it reads an output of forward (the output's own cotangent flows back into it).
-For ``nested`` it is the next level's explicit formulas.
+(``auto`` weighs only single-level strategies: see ``plan.AUTO_CANDIDATES``.)
 
 Weights are the measured time of one op relative to a product of two tensors (CPU, 2**20 float32
 elements, one thread, torch 2.13: ``python tools/op_weights.py`` measures them again). An op with
@@ -68,27 +68,11 @@ def _node_cost(node: sympy.Expr, scalars) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def second_order_cost(functions, scalars) -> float:
-    """The estimated W3 time of a plan's Functions (see the module docstring)."""
-    first = functions[0]
-    forward, _ = _cost_of(first.forward, scalars)
-    if first.backward is None or len(functions) > 1:  # nested: explicit levels
-        levels = [fn.forward for fn in functions[1:3]]
-        if len(levels) < 2 and functions[-1].backward is not None:
-            levels.append(functions[-1].backward)
-        return forward + sum(_cost_of(block, scalars)[0] for block in levels)
-    backward, traced = _cost_of(first.backward, scalars)
-    outputs = {sympy.Symbol(name, real=True) for name in first.outputs}
-    rerun = backward if _reads(first.backward, outputs) else 0.0
+def second_order_cost(function, scalars) -> float:
+    """The estimated W3 time of a single-level Function: forward, its backward, autograd's
+    backward of that, and the backward once more if it reads an output (module docstring)."""
+    forward, _ = block_cost(function.forward.values, scalars)
+    backward, traced = block_cost(function.backward.values, scalars)
+    outputs = {sympy.Symbol(name, real=True) for name in function.outputs}
+    rerun = backward if function.backward.reads & outputs else 0.0
     return forward + backward + traced + rerun
-
-
-def _cost_of(block, scalars) -> tuple[float, float]:
-    values = [value for _, value in block.temporaries] + [r.expr for r in block.results]
-    return block_cost(values, scalars)
-
-
-def _reads(block, symbols) -> bool:
-    used = set().union(*(v.free_symbols for _, v in block.temporaries), *(r.expr.free_symbols for r in block.results))
-    return bool(used & symbols)
-

@@ -49,6 +49,16 @@ class Block:
     temporaries: tuple[tuple[str, sympy.Expr], ...]
     results: tuple[Result, ...]
 
+    @property
+    def values(self) -> tuple[sympy.Expr, ...]:
+        """Every formula the block computes, temporaries first."""
+        return tuple(value for _, value in self.temporaries) + tuple(r.expr for r in self.results)
+
+    @property
+    def reads(self) -> set[sympy.Symbol]:
+        """The symbols its formulas read (inputs, saved values, cotangents and its own temporaries)."""
+        return set().union(*(value.free_symbols for value in self.values))
+
 
 @dataclass(frozen=True)
 class FunctionPlan:
@@ -122,10 +132,12 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
     """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     if spec.strategy == "auto":
-        strategy, reason = choose_strategy(spec, expr, inputs, stable)
+        candidates = {s: _functions(spec, s, expr, inputs, stable, spec.order) for s in AUTO_CANDIDATES}
+        strategy, reason = choose_strategy(spec, {s: functions[0] for s, (functions, _) in candidates.items()})
+        functions, local_names = candidates[strategy]
     else:
         strategy, reason = spec.strategy, "chosen in the spec"
-    functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
+        functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
     derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
     return ModulePlan(
         spec=spec,
@@ -164,18 +176,16 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
 AUTO_CANDIDATES = ("save_inputs", "save_outputs")
 
 
-def choose_strategy(spec: Spec, expr: sympy.Expr, inputs, stable=stabilize) -> tuple[str, str]:
-    """The strategy ``auto`` resolves to and a one-line reason: the cheapest estimated W3 work.
+def choose_strategy(spec: Spec, candidates: dict[str, FunctionPlan]) -> tuple[str, str]:
+    """The strategy ``auto`` resolves to, among ``candidates`` (AUTO_CANDIDATES, planned), and a
+    one-line reason: the cheapest estimated W3 work.
 
-    Each candidate is planned and costed by ``cost.second_order_cost`` (kernel time in units of
-    one tensor product, from measured weights). The estimate is not finer than about 3 %: a
-    candidate wins only if it is that much cheaper than the simpler ones before it.
+    Each candidate is costed by ``cost.second_order_cost`` (kernel time in units of one tensor
+    product, from measured weights). The estimate is not finer than about 3 %: a candidate wins
+    only if it is that much cheaper than the simpler ones before it.
     """
     scalars = frozenset(_symbols(spec.param_names))
-    costs = {}
-    for strategy in AUTO_CANDIDATES:
-        functions, _ = _functions(spec, strategy, expr, inputs, stable, spec.order)
-        costs[strategy] = cost.second_order_cost(functions, scalars)
+    costs = {strategy: cost.second_order_cost(function, scalars) for strategy, function in candidates.items()}
     best = AUTO_CANDIDATES[0]
     for strategy in AUTO_CANDIDATES[1:]:
         if costs[strategy] < 0.97 * costs[best]:
@@ -218,8 +228,7 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
         backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
                           taken=local.taken)
-    used = {s for _, v in backward.temporaries for s in v.free_symbols}
-    used |= {s for r in backward.results for s in r.expr.free_symbols}
+    used = backward.reads
     used |= {x for x, (_, contributions) in zip(inputs, accumulations) if not contributions}  # zeros like x
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, inputs, namer, known, exact, stable)
@@ -418,8 +427,7 @@ def _power_ladder(block: Block, params, taken) -> Block:
     (measured, 2**20 float32): r**-13 and r**-7 next to r**-12 and r**-6 (lennard_jones) become
     one reciprocal, one cube and four products of temporaries.
     """
-    exprs = [value for _, value in block.temporaries] + [r.expr for r in block.results]
-    ladders = symbolic.power_ladders(exprs, params)
+    ladders = symbolic.power_ladders(block.values, params)
     if not ladders:
         return block
     namer = Namer({*taken, *(name for name, _ in block.temporaries), *(r.name for r in block.results)})

@@ -304,8 +304,7 @@ def _compile_choice(fn: FunctionPlan) -> str:
 def _used_names(block: Block | None) -> set[str]:
     if block is None:
         return set()
-    exprs = [v for _, v in block.temporaries] + [r.expr for r in block.results]
-    return {str(s) for e in exprs for s in e.free_symbols}
+    return {str(s) for s in block.reads}
 
 
 def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> list[str]:
