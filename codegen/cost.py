@@ -5,7 +5,8 @@ A candidate plan's cost is the time, in units of one tensor product, of the elem
 forward, the first backward, and the second-order work. For a single-level strategy the
 second-order work is autograd differentiating the backward's torch ops, plus the backward run
 once more when it reads an output of forward (the output's own cotangent flows back into it).
-(``auto`` weighs only single-level strategies: see ``plan.AUTO_CANDIDATES``.)
+In a fused build (spec ``fuse``) ``fused_second_order_cost`` weighs ``nested`` too: there every
+level is one fused kernel, costed by the tensors it reads and writes and the functions it computes.
 
 Weights are the measured time of one op relative to a product of two tensors (CPU, 2**20 float32
 elements, one thread, torch 2.13: ``python tools/op_weights.py`` measures them again). An op with
@@ -32,6 +33,21 @@ TENSOR_OP = 1.0        # a * b, a + b, a / b
 SCALAR_OP = 0.7        # 2 * a, 1 - a, a**2, a**3, 1 / a, sqrt(a)
 GENERAL_POWER = 7.3    # a**6, a**(-7), a**1.5: std::pow per element
 FAST_EXPONENTS = {2, 3, -1, -2, sympy.S.Half, -sympy.S.Half}
+
+
+# Fused kernels (torch.compile, inductor on CPU): one function's compute beyond the kernel's memory
+# traffic, relative to ``a * b`` in eager mode. Inductor evaluates them with SLEEF, not ATen's
+# MKL VML kernels: cheap for exp, sigmoid and sqrt, dear for tanh, softplus and erfc (measured,
+# 2**20 float32, one thread, torch 2.13: ``python tools/op_weights.py --fused``).
+FUSED_FUNCTION_WEIGHTS = {
+    "exp": 0.15, "log": 1.0, "log1p": 1.2, "expm1": 0.17, "sqrt": 0.0, "sin": 0.15, "cos": 0.4, "tan": 2.5,
+    "asin": 2.0, "acos": 2.6, "atan": 1.8, "atan2": 2.7, "sinh": 2.9, "cosh": 3.6, "tanh": 3.3,
+    "asinh": 4.8, "acosh": 5.5, "atanh": 1.5, "erf": 0.8, "erfc": 6.5, "sigmoid": 0.4, "softplus": 2.9,
+    "Abs": 0.0, "sign": 0.0, "logaddexp": 3.6, "hypot": 2.0, "Max": 0.0,
+}
+FUSED_UNKNOWN_FUNCTION = 3.0
+FUSED_GENERAL_POWER = 5.5  # a non-integer exponent; inductor multiplies out integer ones
+PASS = 1 / 3  # one tensor read or written: a * b reads two and writes one
 
 
 def block_cost(exprs, scalars) -> tuple[float, float]:
@@ -76,3 +92,35 @@ def second_order_cost(function, scalars) -> float:
     outputs = {sympy.Symbol(name, real=True) for name in function.outputs}
     rerun = backward if function.backward.reads & outputs else 0.0
     return forward + backward + traced + rerun
+
+
+def fused_kernel_cost(block, scalars) -> float:
+    """The time of ``block`` as one fused kernel: each tensor it reads or writes once, plus the
+    compute of its functions and general powers (arithmetic hides behind the memory traffic)."""
+    defined = {sympy.Symbol(name, real=True) for name, _ in block.temporaries}
+    reads = block.reads - defined - set(scalars)
+    compute = 0.0
+    seen = set()
+    for expr in block.values:
+        for node in sympy.preorder_traversal(expr):
+            if node in seen or node.free_symbols <= scalars:
+                continue
+            seen.add(node)
+            if isinstance(node, sympy.Function):
+                compute += FUSED_FUNCTION_WEIGHTS.get(type(node).__name__, FUSED_UNKNOWN_FUNCTION)
+            elif isinstance(node, sympy.Pow) and not node.exp.is_Integer and node.exp not in FAST_EXPONENTS:
+                compute += FUSED_GENERAL_POWER
+    return (len(reads) + len(block.results)) * PASS + compute
+
+
+def fused_second_order_cost(functions, scalars) -> float:
+    """The estimated W3 time of a fused build. Nested (two levels or more): every level W3 runs is
+    one fused kernel, the last level's backward included. A single level: its forward is fused,
+    its backward stays eager (autograd differentiates it) and is costed as in ``second_order_cost``."""
+    if len(functions) == 1:
+        function = functions[0]
+        eager_forward, _ = block_cost(function.forward.values, scalars)
+        return second_order_cost(function, scalars) - eager_forward + fused_kernel_cost(function.forward, scalars)
+    kernels = [functions[0].forward, functions[1].forward]
+    kernels.append(functions[1].backward if len(functions) == 2 else functions[2].forward)
+    return sum(fused_kernel_cost(kernel, scalars) for kernel in kernels)

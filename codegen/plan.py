@@ -79,10 +79,22 @@ class FunctionPlan:
     # intermediates: per gradient, (cotangent, name of d(output)/d(input) in ``backward``) for each
     # cotangent that contributes; cotangents of unused outputs arrive as None and are skipped
     accumulations: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # nested: the trailing inputs that are values computed by an earlier level (constants to
+    # autograd: their gradients are None), and the trailing outputs that are values for later levels
+    constants: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()
 
     @property
     def outputs(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.forward.results)
+
+    @property
+    def differentiable_outputs(self) -> tuple[str, ...]:
+        return self.outputs[: len(self.outputs) - len(self.values)]
+
+    @property
+    def differentiable_inputs(self) -> tuple[str, ...]:
+        return self.inputs[: len(self.inputs) - len(self.constants)]
 
 
 @dataclass(frozen=True)
@@ -132,8 +144,8 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
     """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     if spec.strategy == "auto":
-        candidates = {s: _functions(spec, s, expr, inputs, stable, spec.order) for s in AUTO_CANDIDATES}
-        strategy, reason = choose_strategy(spec, {s: functions[0] for s, (functions, _) in candidates.items()})
+        candidates = {s: _functions(spec, s, expr, inputs, stable, spec.order) for s in auto_candidates(spec)}
+        strategy, reason = choose_strategy(spec, {s: functions for s, (functions, _) in candidates.items()})
         functions, local_names = candidates[strategy]
     else:
         strategy, reason = spec.strategy, "chosen in the spec"
@@ -168,32 +180,45 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
     return tuple(_with_power_ladders(fn, params, namer.taken) for fn in functions), local_names
 
 
-# Candidates for auto, simplest first: a tie goes to the earlier one. ``intermediates`` and
-# ``nested`` are not candidates: measured (dbgen bench, W3, 2**20 float32, one thread) they were
-# never faster beyond the noise of identical code, and slower on most examples (geometric means
-# 0.87 and 1.13 x composed against 0.82 for these two); the cost model does not capture their
-# extra Function calls and gradient accumulations well enough to pick them.
+# Candidates for auto, simplest first: a tie goes to the earlier one. ``intermediates`` is never a
+# candidate, nor ``nested`` in an eager build: measured (dbgen bench, W3, 2**20 float32, one
+# thread) they were never faster beyond the noise of identical code, and slower on most examples
+# (geometric means 0.87 and 0.99 x composed against 0.75 for these two); the cost model does not
+# capture their extra Function calls and gradient accumulations well enough to pick them.
 AUTO_CANDIDATES = ("save_inputs", "save_outputs")
+# Fused, ``nested`` is a candidate from order 2: it is the one strategy whose every level fuses
+# (a single level's backward must stay differentiable, so it runs eagerly).
+FUSED_AUTO_CANDIDATES = (*AUTO_CANDIDATES, "nested")
 
 
-def choose_strategy(spec: Spec, candidates: dict[str, FunctionPlan]) -> tuple[str, str]:
-    """The strategy ``auto`` resolves to, among ``candidates`` (AUTO_CANDIDATES, planned), and a
-    one-line reason: the cheapest estimated W3 work.
+def auto_candidates(spec: Spec) -> tuple[str, ...]:
+    return FUSED_AUTO_CANDIDATES if spec.fuse and spec.order >= 2 else AUTO_CANDIDATES
 
-    Each candidate is costed by ``cost.second_order_cost`` (kernel time in units of one tensor
-    product, from measured weights). The estimate is not finer than about 3 %: a candidate wins
-    only if it is that much cheaper than the simpler ones before it.
+
+def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]]) -> tuple[str, str]:
+    """The strategy ``auto`` resolves to, among ``candidates`` (``auto_candidates``, planned), and
+    a one-line reason: the cheapest estimated W3 work.
+
+    Each candidate is costed by ``cost.second_order_cost``, or ``cost.fused_second_order_cost``
+    in a fused build (kernel time in units of one tensor product, from measured weights). The
+    estimate is not finer than about 3 %: a candidate wins only if it is that much cheaper than
+    the simpler ones before it.
     """
     scalars = frozenset(_symbols(spec.param_names))
-    costs = {strategy: cost.second_order_cost(function, scalars) for strategy, function in candidates.items()}
-    best = AUTO_CANDIDATES[0]
-    for strategy in AUTO_CANDIDATES[1:]:
+    if spec.fuse:
+        costs = {s: cost.fused_second_order_cost(functions, scalars) for s, functions in candidates.items()}
+    else:
+        costs = {s: cost.second_order_cost(functions[0], scalars) for s, functions in candidates.items()}
+    order = list(candidates)
+    best = order[0]
+    for strategy in order[1:]:
         if costs[strategy] < 0.97 * costs[best]:
             best = strategy
-    listed = ", ".join(f"{s} {costs[s]:.1f}" for s in AUTO_CANDIDATES)
+    listed = ", ".join(f"{s} {costs[s]:.1f}" for s in order)
     why = "the cheapest estimated second-order work" if costs[best] == min(costs.values()) else (
         "the simpler one, within 3 % of the cheapest estimated second-order work")
-    return best, f"auto: {why} (in tensor-product times: {listed})"
+    mode = "auto, fused" if spec.fuse else "auto"
+    return best, f"{mode}: {why} (in tensor-product times: {listed})"
 
 
 def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:
@@ -314,46 +339,142 @@ def _intermediates(expr: sympy.Expr, inputs, stable) -> tuple[sympy.Expr, tuple[
     return expr, ()
 
 
+@dataclass(frozen=True)
+class _Link:
+    """One level of the nested chain, before values are passed down."""
+
+    names: tuple[str, ...]  # its differentiable inputs: cotangents of the level before, then that level's inputs
+    results: tuple[Result, ...]  # what it computes: the output (level 0), else gradients
+    cotangents: tuple[str, ...]
+    gradients: tuple[Result, ...]  # its vector-Jacobian product: the next level's results
+    local: Namer
+
+
+@dataclass(frozen=True)
+class _Passing:
+    """A level's formulas in terms of the values earlier levels computed, the values it receives
+    (constants) and the values it computes for later levels."""
+
+    formulas: tuple[sympy.Expr, ...]
+    constants: tuple[str, ...]
+    values: tuple[Result, ...]
+
+
 def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[FunctionPlan, ...]:
     """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
 
     Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
-    their vector-Jacobian product, derived symbolically from level k-1's formulas. The last
-    level's backward is that product again, written in differentiable torch ops.
+    their vector-Jacobian product, derived symbolically from level k-1's formulas. A function
+    call that a level computes and later levels need again (mish's tanh(softplus(x)), then
+    sigmoid(x)) is returned as a non-differentiable extra output and passed down as a constant
+    (``_passed_values``): each is computed once. The last level's backward is the product again,
+    in differentiable torch ops of its inputs alone: a constant would hide its dependence on x
+    from autograd at higher order.
     """
-    names = [str(x) for x in inputs]
-    results = [_output(namer.fresh("out"), expr, inputs)]
+    chain = _nested_chain(expr, inputs, order, namer)
+    # jvp is written in the differentiable inputs alone, like the last backward: under reverse-over-
+    # forward (torch.func.hessian), autograd records it, and a constant would hide x from it
+    forward_modes = [
+        _forward_mode(list(link.results), [r.expr for r in link.results], _symbols(link.names), namer, [], True,
+                      stable)
+        for link in chain
+    ]
+    passing = _passed_values(chain, inputs, namer, stable)
+    value_names = {v.name for passed in passing for v in passed.values}
     functions = []
-    for level in range(order):
-        cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
-        local = Namer(namer.taken)
-        products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
-        limits.check(level + 1, products)  # stops a spec whose derivatives blow up
-        gradients = [Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products)]
+    for level, (link, passed, (tangents, jvp_block, _)) in enumerate(zip(chain, passing, forward_modes)):
         last = level == order - 1
-        raw = [r.expr for r in results]
-        tangents, jvp_block, _ = _forward_mode(results, raw, _symbols(names), namer, [], True, stable)
-        printed = [Result(r.name, stable(r.expr), r.grad_of, r.broadcast) for r in results]
-        printed_gradients = [Result(g.name, stable(g.expr), g.grad_of) for g in gradients]
+        printed = [Result(r.name, formula, r.grad_of, r.broadcast) for r, formula in zip(link.results, passed.formulas)]
+        printed += list(passed.values)
+        if last:
+            saved = link.names
+        else:
+            handed = set(passing[level + 1].constants)
+            saved = (*link.names, *(n for n in (*passed.constants, *_link_outputs(link, passed)) if n in handed))
         functions.append(
             FunctionPlan(
                 class_name=classes[level][0],
                 compile_name=classes[level][1],
                 summary=_level_summary(level),
-                inputs=tuple(names),
-                forward=_block(printed, taken=local.taken),
-                saved=tuple(names),
-                cotangents=cotangents,
-                backward=_block(printed_gradients, taken=local.taken) if last else None,
+                inputs=(*link.names, *passed.constants),
+                forward=_block(printed, taken={*link.local.taken, *value_names}),
+                saved=saved,
+                cotangents=link.cotangents,
+                backward=_last_backward(link, stable) if last else None,
                 next_level=None if last else classes[level + 1][0],
                 tangents=tangents,
                 jvp=jvp_block,
-                saved_for_forward=tuple(names),
+                saved_for_forward=saved,
+                constants=passed.constants,
+                values=tuple(v.name for v in passed.values),
             )
         )
-        names = [*cotangents, *names]
-        results = gradients
     return tuple(functions)
+
+
+def _link_outputs(link: _Link, passed: _Passing) -> tuple[str, ...]:
+    return (*(r.name for r in link.results), *(v.name for v in passed.values))
+
+
+def _nested_chain(expr, inputs, order, namer: Namer) -> list[_Link]:
+    """Each level's formulas: level k differentiates level k-1's results by its inputs."""
+    names = tuple(str(x) for x in inputs)
+    results = (_output(namer.fresh("out"), expr, inputs),)
+    chain = []
+    for level in range(order):
+        cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
+        local = Namer(namer.taken)
+        products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
+        limits.check(level + 1, products)  # stops a spec whose derivatives blow up
+        gradients = tuple(Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products))
+        chain.append(_Link(names, results, cotangents, gradients, local))
+        names = (*cotangents, *names)
+        results = gradients
+    return chain
+
+
+def _passed_values(chain: list[_Link], inputs, namer: Namer, stable) -> list[_Passing]:
+    """Which function calls each level computes for later levels, and which values it receives.
+
+    Level by level: a call among a level's formulas that later levels' formulas use again becomes
+    a value of that level and is replaced by its name in the later formulas (larger calls first,
+    in one top-down pass). Level 0's output is itself such a value when it is a call (exp(x),
+    whose derivatives are exp(x)). A value no later level reads in the end is dropped.
+    """
+    current = [[stable(r.expr) for r in link.results] for link in chain]
+    found = []  # per level: its values (name, formula in terms of earlier values)
+    for level in range(len(chain)):
+        later = [f for fs in current[level + 1:] for f in fs]
+        named = {}
+        for value in symbolic.reused_calls(current[level], later, inputs):
+            is_output = level == 0 and value == current[0][0]
+            base = _describe(value)
+            named[value] = chain[0].results[0].name if is_output else namer.fresh(base, numbered=base == "t")
+        replacements = {value: _symbol(name) for value, name in named.items()}
+        for j in range(level + 1, len(chain)):
+            current[j] = [f.xreplace(replacements) for f in current[j]]
+        output = chain[0].results[0].name
+        found.append([(name, value) for value, name in named.items() if name != output])
+    reads = [
+        set().union(*(f.free_symbols for f in current[level]), *(v.free_symbols for _, v in found[level]))
+        for level in range(len(chain))
+    ]
+    passing, earlier = [], []
+    for level in range(len(chain)):
+        needed_later = set().union(*reads[level + 1:])
+        later_needed = set().union(*reads[level:])
+        constants = tuple(name for name in earlier if _symbol(name) in later_needed)
+        values = tuple(Result(name, value) for name, value in found[level] if _symbol(name) in needed_later)
+        passing.append(_Passing(tuple(current[level]), constants, values))
+        earlier += [name for name, _ in found[level]]
+        if level == 0:
+            earlier.insert(0, chain[0].results[0].name)
+    return passing
+
+
+def _last_backward(link: _Link, stable) -> Block:
+    gradients = [Result(g.name, stable(g.expr), g.grad_of) for g in link.gradients]
+    return _block(gradients, taken=link.local.taken)
 
 
 def _output(name: str, expr: sympy.Expr, inputs) -> Result:

@@ -203,15 +203,23 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
         output_unpack=((_unpack_used(outputs, fn.saved) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
-        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params)
-        + (("ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None",) if fn.accumulations else ()),
+        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params) + _materialize_lines(fn),
         compile_name=fn.compile_name,
-        cotangents=", ".join(fn.cotangents),
+        cotangents=", ".join([*fn.cotangents, *(f"_grad_{name}" for name in fn.values)]),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
         **_jvp_fields(fn, params, printers),
     )
     return _fuse(view, fn, params) if plan.spec.fuse else view
+
+
+def _materialize_lines(fn: FunctionPlan) -> tuple[str, ...]:
+    if fn.values:
+        return (f"ctx.mark_non_differentiable({', '.join(fn.values)})",
+                "ctx.set_materialize_grads(False)  # no zero-filled gradients for the values")
+    if fn.accumulations:
+        return ("ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None",)
+    return ()
 
 
 def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
@@ -238,35 +246,44 @@ def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
     printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward])
     printers.append(printer)
     lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.jvp)]
-    if fn.accumulations and len(fn.tangents) > 1:
+    if (fn.accumulations or fn.values) and len(fn.tangents) > 1:
         # gradients are not materialized here, and neither are tangents: a non-dual input's is None
         lines.append(f"{_unpack(fn.tangents)} = _zero_missing(({_unpack(fn.tangents)}))")
     lines += _block_lines(fn.jvp, printer, in_scope=(*fn.tangents, *fn.saved_for_forward), anchor=fn.tangents[0],
                           forward=False)
     return {
         "saved_for_forward": ", ".join(fn.saved_for_forward),
-        "saved_for_forward_unpack": _unpack(fn.saved_for_forward) if fn.saved_for_forward else "",
-        "jvp_args": ", ".join([*fn.tangents, *(f"_{name}" for name in params)]),
+        "saved_for_forward_unpack": _unpack_used(fn.saved_for_forward, _read_names(fn.jvp)) or "",
+        "jvp_args": ", ".join([*fn.tangents, *(f"_tangent_{name}" for name in fn.constants),
+                               *(f"_{name}" for name in params)]),
         "jvp_lines": tuple(lines),
-        "jvp_return": ", ".join(r.name for r in fn.jvp.results),
+        "jvp_return": ", ".join([*(r.name for r in fn.jvp.results), *("None" for _ in fn.values)]),
     }
 
 
 def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     params = plan.spec.param_names
-    nones = ["None"] * len(params)
+    nones = ["None"] * (len(fn.constants) + len(params))
     lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.backward)]
+    if fn.values:  # gradients are not materialized: a cotangent of an unused output arrives as None
+        anchor = fn.differentiable_inputs[0]
+        lines += [f"{c} = _zeros_if_none({c}, {anchor})" for c in fn.cotangents]
     if fn.next_level is not None:
         nxt = plan.functions[[f.class_name for f in plan.functions].index(fn.next_level)]
-        args = ", ".join([*nxt.inputs, *(f"ctx.{name}" for name in params)])
+        # the output passed on as a value is detached: the next level returns no gradient for it, and
+        # an edge back to this Function would only make autograd run it again on zeros
+        passed = [f"{name}.detach()" if name in fn.differentiable_outputs else name for name in nxt.inputs]
+        args = ", ".join([*passed, *(f"ctx.{name}" for name in params)])
         level = plan.local("level")
         lines.append(f"{level} = {_compile_choice(nxt)}")
+        grads = nxt.differentiable_outputs
         call = f"{level}.apply({args})"
-        if not params:
+        if len(nxt.outputs) > len(grads):  # the values it passes on are not gradients
+            call += "[0]" if len(grads) == 1 else f"[:{len(grads)}]"
+        if not nones:
             return lines, call
-        unpack = _unpack(nxt.outputs) if len(nxt.outputs) > 1 else nxt.outputs[0]
-        lines.append(f"{unpack} = {call}")
-        return lines, ", ".join([*nxt.outputs, *nones])
+        lines.append(f"{_unpack(grads) if len(grads) > 1 else grads[0]} = {call}")
+        return lines, ", ".join([*grads, *nones])
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved])
     printers.append(printer)
     if fn.accumulations:
@@ -299,6 +316,11 @@ def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
 def _compile_choice(fn: FunctionPlan) -> str:
     """The class to apply: the jvp-less twin while torch.compile traces (Dynamo refuses custom jvp)."""
     return f"{fn.compile_name} if torch.compiler.is_compiling() else {fn.class_name}"
+
+
+def _read_names(block: Block) -> set[str]:
+    """The names ``block`` reads from outside: its own temporaries left out."""
+    return _used_names(block) - {name for name, _ in block.temporaries}
 
 
 def _used_names(block: Block | None) -> set[str]:
@@ -335,7 +357,8 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines += [line for view in views for kernel in view.kernels for line in kernel.lines]
     lines += [line for view in views for line in view.jvp_lines]
     text = "\n".join(lines)
-    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing") if f"{name}(" in text]
+    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none")
+               if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 
 

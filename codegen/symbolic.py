@@ -103,18 +103,25 @@ def calls_on(expr: sympy.Expr, inputs) -> bool:
 def shared_values(forward: sympy.Expr, derivatives: list[sympy.Expr], inputs) -> tuple[sympy.Expr, ...]:
     """The function calls of ``forward`` whose values its derivatives reuse (the tutorial's exp(x)).
 
-    Candidates are the calls in the forward that depend on an input; larger ones are taken
-    first, and a smaller one is kept only if the derivatives still need it once the larger kept
-    ones are replaced (softplus(x) is not kept for mish when tanh(softplus(x)) is). The forward
-    value itself is never a candidate: it is saved as the output.
+    The forward value itself is never one: it is saved as the output (``reused_calls``).
+    """
+    return reused_calls([forward], derivatives, inputs, whole=False)
+
+
+def reused_calls(formulas: list[sympy.Expr], later: list[sympy.Expr], inputs, whole: bool = True):
+    """The function calls computed by ``formulas`` that the ``later`` formulas use again.
+
+    Candidates are the calls that depend on an input (a whole formula too, with ``whole``); larger ones are
+    taken first, and a smaller one is kept only if the later formulas still need it once the
+    larger kept ones are replaced (softplus(x) is not kept for mish when tanh(softplus(x)) is).
     """
     inputs = set(inputs)
     candidates = {
-        node for node in sympy.preorder_traversal(forward)
-        if isinstance(node, sympy.Function) and node.free_symbols & inputs and node != forward
+        node for formula in formulas for node in sympy.preorder_traversal(formula)
+        if isinstance(node, sympy.Function) and node.free_symbols & inputs and (whole or node not in formulas)
     }
     ordered = sorted(candidates, key=lambda v: (-sympy.count_ops(v), sympy.default_sort_key(v)))
-    remaining = list(derivatives)
+    remaining = list(later)
     kept = []
     for index, value in enumerate(ordered):
         if any(d.has(value) for d in remaining):

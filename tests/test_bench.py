@@ -259,3 +259,27 @@ def test_a_native_name_that_leads_out_of_torch_is_refused():
     with pytest.raises(bench.BenchError, match="not a torch function"):
         bench.resolve_native("torch.os.system")
     assert bench.resolve_native("torch.nn.functional.softplus") is F.softplus
+
+
+def test_profiled_kernel_count_equals_the_dispatch_count_on_eager_code(tmp_path):
+    spec = one_input_spec()
+    subject = bench.make_subject(spec, ("save_inputs", "nested"), tmp_path)
+    inputs = bench.make_inputs(spec, 64, torch.float32)
+    for candidate in subject.candidates:
+        for order in (1, 2, 3):
+            work = bench.workload(candidate.fn, inputs, order)
+            assert bench.count_kernels_profiled(work) == bench.count_ops(work), (candidate.label, order)
+
+
+@pytest.mark.compile
+def test_a_fused_level_counts_as_one_kernel_and_stays_compiled_after_counting(tmp_path):
+    """A dispatch mode makes torch.compile run eagerly: bench times first, and counts fused work
+    with the profiler, where each compiled graph is one kernel."""
+    spec = one_input_spec()
+    subject = bench.make_subject(spec, ("nested",), tmp_path, fuse=True)
+    nested = next(c for c in subject.candidates if c.label == "nested")
+    inputs = bench.make_inputs(spec, 64, torch.float32)
+    work = bench.workload(nested.fn, inputs, 2)
+    work()
+    assert bench.count_kernels_profiled(work) == 3  # level 0, level 1, level 2's forward
+    assert bench.count_ops(work) > 3  # the same work under a dispatch mode: eager ops

@@ -197,3 +197,15 @@ def test_degenerate_outputs_under_transforms(build, strategy, expr, reference):
             out = f(fwAD.make_dual(x, tx), fwAD.make_dual(y, ty))
             results.append(fwAD.unpack_dual(out).tangent.clone())
     torch.testing.assert_close(results[0], results[1])
+
+
+@pytest.mark.xfail(strict=True, reason="pytorch/pytorch#197867: nested jacfwd through an autograd.Function "
+                   "with a jvp returns zeros (torch 2.13); strict, so that a fix in PyTorch is noticed")
+def test_forward_over_forward_is_pytorchs_silent_zero(build):
+    """jacfwd(jacfwd(f)) of any custom Function, dbgen's or hand-written, gives 0 for the second
+    derivative (PyTorch's bug, reported upstream); the README warns against it and points to
+    jacfwd(jacrev(f)) (torch.func.hessian), which is right."""
+    module = build(name="cubic", expr="x**3", inputs=["x"], order=2, strategy="save_inputs")
+    x = torch.tensor([0.5, 1.5], dtype=torch.float64)
+    second = torch.einsum("iii->i", tf.jacfwd(tf.jacfwd(module.cubic))(x))
+    torch.testing.assert_close(second, 6 * x)

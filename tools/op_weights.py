@@ -1,9 +1,11 @@
 """Measure the op weights of codegen/cost.py: one kernel's time relative to a product of two tensors.
 
-    python tools/op_weights.py [--size 1048576]
+    python tools/op_weights.py [--size 1048576] [--fused]
 
 CPU, one thread, float32; the best of five timings of 30 calls each. Compare the printed ratios
-with FUNCTION_WEIGHTS (forward column) and the constants in codegen/cost.py.
+with FUNCTION_WEIGHTS (forward column) and the constants in codegen/cost.py. With ``--fused``,
+each function is compiled (torch.compile, inductor) into a kernel ``op(x) * 1.5`` and what it
+adds to the compiled ``x * 1.5`` is printed: compare with FUSED_FUNCTION_WEIGHTS.
 """
 
 from __future__ import annotations
@@ -37,13 +39,24 @@ def best_seconds(op, x, y, calls: int = 30) -> float:
     return best
 
 
+def compiled(op):
+    torch._dynamo.reset()  # each op its own compilation: one code object, many ops
+    return torch.compile(lambda x, y: op(x, y) * 1.5, dynamic=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=2**20)
-    size = parser.parse_args().size
+    parser.add_argument("--fused", action="store_true")
+    args = parser.parse_args()
     torch.set_num_threads(1)
-    x, y = torch.rand(size) + 0.5, torch.rand(size) + 0.5
+    x, y = torch.rand(args.size) + 0.5, torch.rand(args.size) + 0.5
     unit = best_seconds(OPS["mul"], x, y)
+    if args.fused:
+        traffic = best_seconds(compiled(lambda x, y: x), x, y)
+        for name, op in OPS.items():
+            print(f"{name:12s} {(best_seconds(compiled(op), x, y) - traffic) / unit:5.2f}")
+        return
     for name, op in OPS.items():
         print(f"{name:12s} {best_seconds(op, x, y) / unit:5.2f}")
 
