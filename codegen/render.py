@@ -128,7 +128,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
 
 def render_tests(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
-    printer = TorchPrinter(spec.inputs)
+    printer = TorchPrinter(spec.inputs, fold_sums=False)  # the reference, as a user writes it
     value = printer.doprint(plan.expr)
     missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in plan.expr.free_symbols]
     if missing:
@@ -171,13 +171,13 @@ def _test_shapes(count: int) -> list[tuple[int, ...]]:
     return [cycle[i % len(cycle)] for i in range(count)]
 
 
-def _block_printer(block: Block, tensors_in_scope) -> TorchPrinter:
+def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True) -> TorchPrinter:
     """A printer that knows which names in ``block`` hold tensors (the rest hold floats)."""
     names = set(tensors_in_scope)
     for name, value in block.temporaries:
         if any(str(s) in names for s in value.free_symbols):
             names.add(name)
-    return TorchPrinter(names)
+    return TorchPrinter(names, fold_sums=fold_sums)
 
 
 def _signature(spec) -> str:
@@ -187,7 +187,7 @@ def _signature(spec) -> str:
 
 def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
-    printer = _block_printer(fn.forward, fn.inputs)
+    printer = _block_printer(fn.forward, fn.inputs, fold_sums=plan.strategy == "nested")
     printers.append(printer)
     forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
     backward_lines, backward_return = _backward(fn, plan, printers)
@@ -243,7 +243,7 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
 
 
 def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
-    printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward])
+    printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward], fold_sums=False)
     printers.append(printer)
     lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.jvp)]
     if (fn.accumulations or fn.values) and len(fn.tangents) > 1:
@@ -284,7 +284,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
             return lines, call
         lines.append(f"{_unpack(grads) if len(grads) > 1 else grads[0]} = {call}")
         return lines, ", ".join([*grads, *nones])
-    printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved])
+    printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=plan.strategy == "nested")
     printers.append(printer)
     if fn.accumulations:
         lines += _accumulation_lines(fn, printer)

@@ -124,7 +124,7 @@ class CubeBackward2ForCompile(torch.autograd.Function):
         t0 = grad3_grad_out * x
         t1 = grad3_x * grad_out
         t2 = 6 * grad2_x
-        grad_grad2_x = 3 * x * (t0 + 2 * t1)
+        grad_grad2_x = 3 * x * torch.add(t0, t1, alpha=2)
         grad_grad_out = grad3_x * t2 * x
         grad_x = t2 * (t0 + t1)
         return grad_grad2_x, grad_grad_out, grad_x

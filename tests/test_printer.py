@@ -1,0 +1,61 @@
+"""TorchPrinter's folded sums: as few kernels as eager torch has, the same numbers as plain sums."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy
+import torch
+
+from codegen.bench import count_ops
+from codegen.printer import TorchPrinter
+
+t, a, b, u, beta = sympy.symbols("t a b u beta", real=True)
+TENSORS = ("t", "a", "b", "u")
+
+CASES = [
+    (t + a * b, "torch.addcmul(t, a, b)"),
+    (t - 2 * a * b, "torch.addcmul(t, a, b, value=-2)"),
+    (t + 3 * u, "torch.add(t, u, alpha=3)"),
+    (1 - t, "1 - t"),
+    (t + u, "t + u"),
+    (a * b + 2.5, "a*b + 2.5"),
+    (t + beta * a * b, "torch.addcmul(t, a, b, value=beta)"),
+    (-2 * a * b * u + t * a, "torch.addcmul(a*t, a*b, u, value=-2)"),
+    ((t + a * b) * u, "u*torch.addcmul(t, a, b)"),
+    ((t + a * b + 1) * u, "u*(torch.addcmul(t, a, b) + 1)"),
+    (t - a * b - u - beta, "torch.addcmul(t, a, b, value=-1) - u - beta"),
+]
+
+
+@pytest.mark.parametrize("expr, code", CASES, ids=[c for _, c in CASES])
+def test_sums_fold_into_addcmul_and_add(expr, code):
+    assert TorchPrinter(TENSORS).doprint(expr) == code
+
+
+def _evaluate(code: str, seed: int = 0) -> tuple[torch.Tensor, int]:
+    generator = torch.Generator().manual_seed(seed)
+    scope = {name: torch.randn(16, generator=generator, dtype=torch.float64) for name in TENSORS}
+    scope.update(torch=torch, math=math, beta=0.75)
+    value = eval(code, scope)  # test code: the printer's own output for the expressions above
+    return value, count_ops(lambda: eval(code, scope))
+
+
+@pytest.mark.parametrize("expr", [e for e, _ in CASES], ids=[c for _, c in CASES])
+def test_a_folded_sum_equals_the_plain_sum_in_no_more_kernels(expr):
+    folded, folded_ops = _evaluate(TorchPrinter(TENSORS).doprint(expr))
+    plain, plain_ops = _evaluate(TorchPrinter(TENSORS, fold_sums=False).doprint(expr))
+    torch.testing.assert_close(folded, plain, rtol=1e-14, atol=1e-14)
+    assert folded_ops <= plain_ops
+
+
+def test_folding_saves_kernels_where_it_can():
+    _, folded = _evaluate(TorchPrinter(TENSORS).doprint(t + 3 * a * b - 2 * u))
+    _, plain = _evaluate(TorchPrinter(TENSORS, fold_sums=False).doprint(t + 3 * a * b - 2 * u))
+    assert (folded, plain) == (2, 5)  # addcmul, add(alpha) against 3*a, *b, 2*u and two sums
+
+
+def test_sums_of_floats_print_as_python():
+    assert TorchPrinter(TENSORS).doprint(beta + 2) == "beta + 2"
+    assert TorchPrinter(TENSORS, fold_sums=False).doprint(t + a * b) == "a*b + t"
