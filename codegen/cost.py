@@ -5,8 +5,10 @@ A candidate plan's cost is the time, in units of one tensor product, of the elem
 forward, the first backward, and the second-order work. For a single-level strategy the
 second-order work is autograd differentiating the backward's torch ops, plus the backward run
 once more when it reads an output of forward (the output's own cotangent flows back into it).
-In a fused build (spec ``fuse``) ``fused_second_order_cost`` weighs ``nested`` too: there every
-level is one fused kernel, costed by the tensors it reads and writes and the functions it computes.
+``nested`` (from order 2) is costed by ``nested_second_order_cost``: each level it runs at W3
+evaluates its formulas once (sums folded, values passed down), plus a Function call's overhead. In
+a fused build (spec ``fuse``) ``fused_second_order_cost`` costs every candidate: a nested level is
+one fused kernel, costed by the tensors it reads and writes and the functions it computes.
 
 Weights are the measured time of one op relative to a product of two tensors (CPU, 2**20 float32
 elements, one thread, torch 2.13: ``python tools/op_weights.py`` measures them again). An op with
@@ -50,10 +52,11 @@ FUSED_GENERAL_POWER = 5.5  # a non-integer exponent; inductor multiplies out int
 PASS = 1 / 3  # one tensor read or written: a * b reads two and writes one
 
 
-def block_cost(exprs, scalars) -> tuple[float, float]:
+def block_cost(exprs, scalars, folded: bool = False) -> tuple[float, float]:
     """(time to evaluate ``exprs``, time of autograd's backward through them), in product units.
 
     ``scalars`` are the symbols printed as Python floats (params): ops on them alone are free.
+    ``folded``: sums are printed folded (``torch.addcmul``, ``torch.add(alpha=)``; printer.py).
     """
     forward = backward = 0.0
     seen = set()
@@ -63,8 +66,27 @@ def block_cost(exprs, scalars) -> tuple[float, float]:
                 continue
             seen.add(node)  # a repeated subexpression is a CSE temporary: computed once
             f, b = _node_cost(node, scalars)
+            if folded and isinstance(node, sympy.Add):
+                f -= _folding_saving(node, scalars)
             forward, backward = forward + f, backward + b
     return forward, backward
+
+
+def _folding_saving(add: sympy.Add, scalars) -> float:
+    """What folding saves on a sum: for each term but the first, a product's last multiplication
+    and its coefficient's (addcmul), or a scaled tensor's coefficient (add with alpha)."""
+    savings = []
+    for term in add.args:
+        parts = sympy.Mul.make_args(term)
+        tensors = [part for part in parts if not part.free_symbols <= scalars]
+        if not tensors:
+            continue
+        coefficient = sympy.Mul(*(part for part in parts if part.free_symbols <= scalars))
+        if len(tensors) >= 2:
+            savings.append(TENSOR_OP + (0.0 if coefficient == 1 else SCALAR_OP))
+        else:
+            savings.append(0.0 if coefficient in (1, -1) else SCALAR_OP)
+    return sum(savings) - min(savings, default=0.0)
 
 
 def _node_cost(node: sympy.Expr, scalars) -> tuple[float, float]:
@@ -113,6 +135,27 @@ def fused_kernel_cost(block, scalars) -> float:
     return (len(reads) + len(block.results)) * PASS + compute
 
 
+# A nested level's own cost beyond its formulas: a Function call, its autograd node and the values
+# it returns. Fitted to dbgen bench (W3, 2**20 float32, one thread) on the twelve examples: the
+# median of what each needs for the model to match the measured nested / save_inputs ratio.
+LEVEL_OVERHEAD = 1.0
+
+
+def _second_order_kernels(functions) -> list:
+    """The blocks a nested plan runs at second order: levels 0 and 1, then level 2's forward, or
+    level 1's backward when there are only two levels."""
+    return [functions[0].forward, functions[1].forward,
+            functions[1].backward if len(functions) == 2 else functions[2].forward]
+
+
+def nested_second_order_cost(functions, scalars) -> float:
+    """The estimated W3 time of an eager nested plan: each level it runs evaluates its formulas
+    once, folded, with values passed down instead of recomputed; nothing is differentiated by
+    autograd, but each level costs a Function call (``LEVEL_OVERHEAD``)."""
+    kernels = _second_order_kernels(functions)
+    return sum(block_cost(kernel.values, scalars, folded=True)[0] + LEVEL_OVERHEAD for kernel in kernels)
+
+
 def fused_second_order_cost(functions, scalars) -> float:
     """The estimated W3 time of a fused build. Nested (two levels or more): every level W3 runs is
     one fused kernel, the last level's backward included. A single level: its forward is fused,
@@ -121,6 +164,4 @@ def fused_second_order_cost(functions, scalars) -> float:
         function = functions[0]
         eager_forward, _ = block_cost(function.forward.values, scalars)
         return second_order_cost(function, scalars) - eager_forward + fused_kernel_cost(function.forward, scalars)
-    kernels = [functions[0].forward, functions[1].forward]
-    kernels.append(functions[1].backward if len(functions) == 2 else functions[2].forward)
-    return sum(fused_kernel_cost(kernel, scalars) for kernel in kernels)
+    return sum(fused_kernel_cost(kernel, scalars) for kernel in _second_order_kernels(functions))

@@ -180,35 +180,30 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
     return tuple(_with_power_ladders(fn, params, namer.taken) for fn in functions), local_names
 
 
-# Candidates for auto, simplest first: a tie goes to the earlier one. ``intermediates`` is never a
-# candidate, nor ``nested`` in an eager build: measured (dbgen bench, W3, 2**20 float32, one
-# thread) they were never faster beyond the noise of identical code, and slower on most examples
-# (geometric means 0.87 and 0.99 x composed against 0.75 for these two); the cost model does not
-# capture their extra Function calls and gradient accumulations well enough to pick them.
+# Candidates for auto, simplest first: a tie goes to the earlier one. ``intermediates`` is never one:
+# measured (dbgen bench, W3, 2**20 float32, one thread) it was never faster beyond the noise of
+# identical code, and slower on most examples (geometric mean 0.81 x composed against 0.75 for
+# save_inputs). ``nested`` is one from order 2 (it needs a second level).
 AUTO_CANDIDATES = ("save_inputs", "save_outputs")
-# Fused, ``nested`` is a candidate from order 2: it is the one strategy whose every level fuses
-# (a single level's backward must stay differentiable, so it runs eagerly).
-FUSED_AUTO_CANDIDATES = (*AUTO_CANDIDATES, "nested")
+NESTED_AUTO_CANDIDATES = (*AUTO_CANDIDATES, "nested")
 
 
 def auto_candidates(spec: Spec) -> tuple[str, ...]:
-    return FUSED_AUTO_CANDIDATES if spec.fuse and spec.order >= 2 else AUTO_CANDIDATES
+    return NESTED_AUTO_CANDIDATES if spec.order >= 2 else AUTO_CANDIDATES
 
 
 def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]]) -> tuple[str, str]:
     """The strategy ``auto`` resolves to, among ``candidates`` (``auto_candidates``, planned), and
     a one-line reason: the cheapest estimated W3 work.
 
-    Each candidate is costed by ``cost.second_order_cost``, or ``cost.fused_second_order_cost``
-    in a fused build (kernel time in units of one tensor product, from measured weights). The
+    Each candidate is costed by ``cost.second_order_cost`` (``cost.nested_second_order_cost`` for
+    nested), or ``cost.fused_second_order_cost`` in a fused build (kernel time in units of one
+    tensor product, from measured weights). The
     estimate is not finer than about 3 %: a candidate wins only if it is that much cheaper than
     the simpler ones before it.
     """
     scalars = frozenset(_symbols(spec.param_names))
-    if spec.fuse:
-        costs = {s: cost.fused_second_order_cost(functions, scalars) for s, functions in candidates.items()}
-    else:
-        costs = {s: cost.second_order_cost(functions[0], scalars) for s, functions in candidates.items()}
+    costs = {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
     order = list(candidates)
     best = order[0]
     for strategy in order[1:]:
@@ -219,6 +214,14 @@ def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]])
         "the simpler one, within 3 % of the cheapest estimated second-order work")
     mode = "auto, fused" if spec.fuse else "auto"
     return best, f"{mode}: {why} (in tensor-product times: {listed})"
+
+
+def _estimate(spec: Spec, strategy: str, functions, scalars) -> float:
+    if spec.fuse:
+        return cost.fused_second_order_cost(functions, scalars)
+    if strategy == "nested":
+        return cost.nested_second_order_cost(functions, scalars)
+    return cost.second_order_cost(functions[0], scalars)
 
 
 def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:

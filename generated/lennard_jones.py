@@ -10,7 +10,7 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d3f/dr3 = 4*epsilon*(336*sigma**6/r**9 - 2184*sigma**12/r**15)
     d4f/dr4 = 4*epsilon*(-3024*sigma**6/r**10 + 32760*sigma**12/r**16)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 31.9, save_outputs 31.9)).
+Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 31.9, save_outputs 31.9, nested 35.4)).
 Derivatives of every order up to 4 are verified by tests/test_lennard_jones.py.
 """
 

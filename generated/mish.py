@@ -9,18 +9,32 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d2f/dx2 = x*(1 - tanh(softplus(x))**2)*(1 - sigmoid(x))*sigmoid(x) - 2*x*(1 - tanh(softplus(x))**2)*tanh(softplus(x))*sigmoid(x)**2 + 2*(1 - tanh(softplus(x))**2)*sigmoid(x)
     d3f/dx3 = (104 operations; see the generated formulas below)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 34.9, save_outputs 34.9)).
+Strategy: nested (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 34.9, save_outputs 34.9, nested 32.1)).
 Derivatives of every order up to 3 are verified by tests/test_mish.py.
 """
 
 import torch
 
 ORDER = 3
-STRATEGY = "save_inputs"
+STRATEGY = "nested"
+
+
+def _zero_missing(tangents):
+    """The tangents with None (an input that is not dual) replaced by zeros of the common shape."""
+    present = next(tangent for tangent in tangents if tangent is not None)
+    return tuple(
+        torch.zeros_like(present) if tangent is None else tangent
+        for tangent in tangents
+    )
+
+
+def _zeros_if_none(grad, like):
+    """`grad`, or zeros like `like` where autograd passed None (that output went unused)."""
+    return torch.zeros_like(like) if grad is None else grad
 
 
 class MishForCompile(torch.autograd.Function):
-    """Saves its inputs; backward computes the first derivative in differentiable torch ops.
+    """Forward value; backward applies the next level (the tutorial's nested pattern).
 
     torch.compile traces this class; Mish below adds the forward-mode derivative (jvp),
     which Dynamo refuses to trace.
@@ -30,24 +44,27 @@ class MishForCompile(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x * torch.tanh(torch.nn.functional.softplus(x))
-        return out
+        tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
+        out = tanh_softplus_x * x
+        return out, tanh_softplus_x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _out, tanh_softplus_x = output
+        ctx.save_for_backward(x, tanh_softplus_x)
+        ctx.save_for_forward(x, tanh_softplus_x)
+        ctx.mark_non_differentiable(tanh_softplus_x)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the values
 
     @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
-        grad_x = grad_out * (
-            tanh_softplus_x
-            + x * (1 - tanh_softplus_x) * (tanh_softplus_x + 1) * torch.sigmoid(x)
+    def backward(ctx, grad_out, _grad_tanh_softplus_x):
+        x, tanh_softplus_x = ctx.saved_tensors
+        grad_out = _zeros_if_none(grad_out, x)
+        level = (
+            MishBackwardForCompile if torch.compiler.is_compiling() else MishBackward
         )
-        return grad_x
+        return level.apply(grad_out, x, tanh_softplus_x)[0]
 
 
 class Mish(MishForCompile):
@@ -55,13 +72,199 @@ class Mish(MishForCompile):
 
     @staticmethod
     def jvp(ctx, tangent_x):
-        (x,) = ctx.saved_tensors
+        x, _tanh_softplus_x = ctx.saved_tensors
         tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
         tangent_out = tangent_x * (
             tanh_softplus_x
             + x * (1 - tanh_softplus_x) * (tanh_softplus_x + 1) * torch.sigmoid(x)
         )
-        return tangent_out
+        return tangent_out, None
+
+
+class MishBackwardForCompile(torch.autograd.Function):
+    """Level 1: the vector-Jacobian product of level 0, with explicit symbolic formulas.
+
+    torch.compile traces this class; MishBackward below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_out, x, tanh_softplus_x):
+        sigmoid_x = torch.sigmoid(x)
+        grad_x = grad_out * torch.addcmul(
+            tanh_softplus_x, sigmoid_x * x * (tanh_softplus_x + 1), 1 - tanh_softplus_x
+        )
+        return grad_x, sigmoid_x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad_out, x, tanh_softplus_x = inputs
+        _grad_x, sigmoid_x = output
+        ctx.save_for_backward(grad_out, x, tanh_softplus_x, sigmoid_x)
+        ctx.save_for_forward(grad_out, x, tanh_softplus_x, sigmoid_x)
+        ctx.mark_non_differentiable(sigmoid_x)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the values
+
+    @staticmethod
+    def backward(ctx, grad2_x, _grad_sigmoid_x):
+        grad_out, x, tanh_softplus_x, sigmoid_x = ctx.saved_tensors
+        grad2_x = _zeros_if_none(grad2_x, grad_out)
+        level = (
+            MishBackward2ForCompile if torch.compiler.is_compiling() else MishBackward2
+        )
+        grad_grad_out, grad_x = level.apply(
+            grad2_x, grad_out, x, tanh_softplus_x, sigmoid_x
+        )
+        return grad_grad_out, grad_x, None
+
+
+class MishBackward(MishBackwardForCompile):
+    """MishBackwardForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_grad_out, tangent_x, _tangent_tanh_softplus_x):
+        grad_out, x, _tanh_softplus_x, _sigmoid_x = ctx.saved_tensors
+        tangent_grad_out, tangent_x = _zero_missing((tangent_grad_out, tangent_x))
+        tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
+        sigmoid_x = torch.sigmoid(x)
+        t0 = sigmoid_x * x
+        t1 = (1 - tanh_softplus_x) * (tanh_softplus_x + 1)
+        tangent_grad_x = grad_out * sigmoid_x * t1 * tangent_x * (
+            -2 * t0 * tanh_softplus_x + x * torch.sigmoid(-x) + 2
+        ) + tangent_grad_out * (t0 * t1 + tanh_softplus_x)
+        return tangent_grad_x, None
+
+
+class MishBackward2ForCompile(torch.autograd.Function):
+    """Level 2: the vector-Jacobian product of level 1, with explicit symbolic formulas.
+
+    torch.compile traces this class; MishBackward2 below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad2_x, grad_out, x, tanh_softplus_x, sigmoid_x):
+        t0 = sigmoid_x * x
+        t1 = (1 - tanh_softplus_x) * (tanh_softplus_x + 1)
+        grad_grad_out = grad2_x * torch.addcmul(tanh_softplus_x, t0, t1)
+        grad_x = (
+            grad2_x
+            * grad_out
+            * sigmoid_x
+            * t1
+            * (torch.addcmul(x * torch.sigmoid(-x), t0, tanh_softplus_x, value=-2) + 2)
+        )
+        return grad_grad_out, grad_x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad2_x, grad_out, x, _tanh_softplus_x, _sigmoid_x = inputs
+        ctx.save_for_backward(grad2_x, grad_out, x)
+        ctx.save_for_forward(grad2_x, grad_out, x)
+
+    @staticmethod
+    def backward(ctx, grad3_grad_out, grad3_x):
+        grad2_x, grad_out, x = ctx.saved_tensors
+        tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
+        sigmoid_x = torch.sigmoid(x)
+        t0 = 1 - tanh_softplus_x
+        t1 = tanh_softplus_x + 1
+        t2 = t0 * t1 * x
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t3 = sigmoid_neg_x * x
+        t4 = sigmoid_x * tanh_softplus_x
+        t5 = torch.addcmul(t3, t4, x, value=-2) + 2
+        t6 = grad3_x * grad_out
+        t7 = sigmoid_x * t0 * t1
+        t8 = grad2_x * t7
+        t9 = 6 * t4
+        sigmoid_x_pow2 = sigmoid_x**2
+        grad_grad2_x = torch.addcmul(
+            grad3_grad_out * torch.addcmul(tanh_softplus_x, sigmoid_x, t2), t5 * t6, t7
+        )
+        grad_grad_out = grad3_x * t5 * t8
+        grad_x = t8 * torch.addcmul(
+            grad3_grad_out * t5,
+            t6,
+            torch.addcmul(
+                torch.addcmul(
+                    torch.addcmul(
+                        torch.addcmul(
+                            torch.add(
+                                torch.addcmul(-t9, x, sigmoid_neg_x**2),
+                                sigmoid_neg_x,
+                                alpha=3,
+                            ),
+                            sigmoid_x,
+                            t3,
+                            value=-1,
+                        ),
+                        sigmoid_x_pow2,
+                        t2,
+                        value=-2,
+                    ),
+                    sigmoid_x_pow2 * x,
+                    tanh_softplus_x**2,
+                    value=4,
+                ),
+                t3,
+                t9,
+                value=-1,
+            ),
+        )
+        return grad_grad2_x, grad_grad_out, grad_x, None, None
+
+
+class MishBackward2(MishBackward2ForCompile):
+    """MishBackward2ForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(
+        ctx,
+        tangent_grad2_x,
+        tangent_grad_out,
+        tangent_x,
+        _tangent_tanh_softplus_x,
+        _tangent_sigmoid_x,
+    ):
+        grad2_x, grad_out, x = ctx.saved_tensors
+        tanh_softplus_x = torch.tanh(torch.nn.functional.softplus(x))
+        sigmoid_x = torch.sigmoid(x)
+        t0 = 1 - tanh_softplus_x
+        t1 = tanh_softplus_x + 1
+        t2 = sigmoid_x * t0 * t1
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t3 = sigmoid_neg_x * x
+        t4 = sigmoid_x * tanh_softplus_x
+        t5 = 2 * x
+        t6 = t3 - t4 * t5 + 2
+        t7 = grad2_x * t6
+        t8 = 6 * t4
+        sigmoid_x_pow2 = sigmoid_x**2
+        tangent_grad_grad_out = t2 * t7 * tangent_x + tangent_grad2_x * (
+            t2 * x + tanh_softplus_x
+        )
+        tangent_grad_x = t2 * (
+            grad2_x
+            * grad_out
+            * tangent_x
+            * (
+                sigmoid_neg_x**2 * x
+                + 3 * sigmoid_neg_x
+                - sigmoid_x * t3
+                - sigmoid_x_pow2 * t0 * t1 * t5
+                + 4 * sigmoid_x_pow2 * tanh_softplus_x**2 * x
+                - t3 * t8
+                - t8
+            )
+            + grad_out * t6 * tangent_grad2_x
+            + t7 * tangent_grad_out
+        )
+        return tangent_grad_grad_out, tangent_grad_x
 
 
 def mish(x):
@@ -72,4 +275,4 @@ def mish(x):
     up to order 3.
     """
     function = MishForCompile if torch.compiler.is_compiling() else Mish
-    return function.apply(x)
+    return function.apply(x)[0]

@@ -10,18 +10,32 @@ Derivatives (SymPy; the Functions below compute them with shared subexpressions)
     d3f/dx3 = x*(1 - sigmoid(x))**3*sigmoid(x) - 2*x*(1 - sigmoid(x))**2*sigmoid(x)**2 - x*(1 - sigmoid(x))*(2 - 2*sigmoid(x))*sigmoid(x)**2 + x*(1 - sigmoid(x))*sigmoid(x)**3 + 3*(1 - sigmoid(x))**2*sigmoid(x) - 3*(1 - sigmoid(x))*sigmoid(x)**2
     d4f/dx4 = (111 operations; see the generated formulas below)
 
-Strategy: save_inputs (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 20.6, save_outputs 22.4)).
+Strategy: nested (auto: the cheapest estimated second-order work (in tensor-product times: save_inputs 20.6, save_outputs 22.4, nested 19.6)).
 Derivatives of every order up to 4 are verified by tests/test_silu.py.
 """
 
 import torch
 
 ORDER = 4
-STRATEGY = "save_inputs"
+STRATEGY = "nested"
+
+
+def _zero_missing(tangents):
+    """The tangents with None (an input that is not dual) replaced by zeros of the common shape."""
+    present = next(tangent for tangent in tangents if tangent is not None)
+    return tuple(
+        torch.zeros_like(present) if tangent is None else tangent
+        for tangent in tangents
+    )
+
+
+def _zeros_if_none(grad, like):
+    """`grad`, or zeros like `like` where autograd passed None (that output went unused)."""
+    return torch.zeros_like(like) if grad is None else grad
 
 
 class SiluForCompile(torch.autograd.Function):
-    """Saves its inputs; backward computes the first derivative in differentiable torch ops.
+    """Forward value; backward applies the next level (the tutorial's nested pattern).
 
     torch.compile traces this class; Silu below adds the forward-mode derivative (jvp),
     which Dynamo refuses to trace.
@@ -31,20 +45,27 @@ class SiluForCompile(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x * torch.sigmoid(x)
-        return out
+        sigmoid_x = torch.sigmoid(x)
+        out = sigmoid_x * x
+        return out, sigmoid_x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        _out, sigmoid_x = output
+        ctx.save_for_backward(x, sigmoid_x)
+        ctx.save_for_forward(x, sigmoid_x)
+        ctx.mark_non_differentiable(sigmoid_x)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the values
 
     @staticmethod
-    def backward(ctx, grad_out):
-        (x,) = ctx.saved_tensors
-        grad_x = grad_out * (x * torch.sigmoid(-x) + 1) * torch.sigmoid(x)
-        return grad_x
+    def backward(ctx, grad_out, _grad_sigmoid_x):
+        x, sigmoid_x = ctx.saved_tensors
+        grad_out = _zeros_if_none(grad_out, x)
+        level = (
+            SiluBackwardForCompile if torch.compiler.is_compiling() else SiluBackward
+        )
+        return level.apply(grad_out, x, sigmoid_x)[0]
 
 
 class Silu(SiluForCompile):
@@ -52,9 +73,352 @@ class Silu(SiluForCompile):
 
     @staticmethod
     def jvp(ctx, tangent_x):
-        (x,) = ctx.saved_tensors
+        x, _sigmoid_x = ctx.saved_tensors
         tangent_out = tangent_x * (x * torch.sigmoid(-x) + 1) * torch.sigmoid(x)
-        return tangent_out
+        return tangent_out, None
+
+
+class SiluBackwardForCompile(torch.autograd.Function):
+    """Level 1: the vector-Jacobian product of level 0, with explicit symbolic formulas.
+
+    torch.compile traces this class; SiluBackward below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_out, x, sigmoid_x):
+        sigmoid_neg_x = torch.sigmoid(-x)
+        grad_x = grad_out * sigmoid_x * (sigmoid_neg_x * x + 1)
+        return grad_x, sigmoid_neg_x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad_out, x, sigmoid_x = inputs
+        _grad_x, sigmoid_neg_x = output
+        ctx.save_for_backward(grad_out, x, sigmoid_x, sigmoid_neg_x)
+        ctx.save_for_forward(grad_out, x, sigmoid_x, sigmoid_neg_x)
+        ctx.mark_non_differentiable(sigmoid_neg_x)
+        ctx.set_materialize_grads(False)  # no zero-filled gradients for the values
+
+    @staticmethod
+    def backward(ctx, grad2_x, _grad_sigmoid_neg_x):
+        grad_out, x, sigmoid_x, sigmoid_neg_x = ctx.saved_tensors
+        grad2_x = _zeros_if_none(grad2_x, grad_out)
+        level = (
+            SiluBackward2ForCompile if torch.compiler.is_compiling() else SiluBackward2
+        )
+        grad_grad_out, grad_x = level.apply(
+            grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x
+        )
+        return grad_grad_out, grad_x, None
+
+
+class SiluBackward(SiluBackwardForCompile):
+    """SiluBackwardForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(ctx, tangent_grad_out, tangent_x, _tangent_sigmoid_x):
+        grad_out, x, _sigmoid_x, _sigmoid_neg_x = ctx.saved_tensors
+        tangent_grad_out, tangent_x = _zero_missing((tangent_grad_out, tangent_x))
+        sigmoid_x = torch.sigmoid(x)
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t0 = sigmoid_neg_x * x
+        tangent_grad_x = sigmoid_x * (
+            grad_out * sigmoid_neg_x * tangent_x * (-sigmoid_x * x + t0 + 2)
+            + tangent_grad_out * (t0 + 1)
+        )
+        return tangent_grad_x, None
+
+
+class SiluBackward2ForCompile(torch.autograd.Function):
+    """Level 2: the vector-Jacobian product of level 1, with explicit symbolic formulas.
+
+    torch.compile traces this class; SiluBackward2 below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x):
+        t0 = sigmoid_neg_x * x
+        t1 = grad2_x * sigmoid_x
+        grad_grad_out = t1 * (t0 + 1)
+        grad_x = (
+            grad_out
+            * sigmoid_neg_x
+            * t1
+            * (torch.addcmul(t0, sigmoid_x, x, value=-1) + 2)
+        )
+        return grad_grad_out, grad_x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x = inputs
+        ctx.save_for_backward(grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x)
+        ctx.save_for_forward(grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x)
+
+    @staticmethod
+    def backward(ctx, grad3_grad_out, grad3_x):
+        grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x = ctx.saved_tensors
+        level = (
+            SiluBackward3ForCompile if torch.compiler.is_compiling() else SiluBackward3
+        )
+        grad_grad2_x, grad_grad_out, grad_x = level.apply(
+            grad3_grad_out, grad3_x, grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x
+        )
+        return grad_grad2_x, grad_grad_out, grad_x, None, None
+
+
+class SiluBackward2(SiluBackward2ForCompile):
+    """SiluBackward2ForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(
+        ctx,
+        tangent_grad2_x,
+        tangent_grad_out,
+        tangent_x,
+        _tangent_sigmoid_x,
+        _tangent_sigmoid_neg_x,
+    ):
+        grad2_x, grad_out, x, _sigmoid_x, _sigmoid_neg_x = ctx.saved_tensors
+        sigmoid_x = torch.sigmoid(x)
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t0 = sigmoid_neg_x * x
+        t1 = -sigmoid_x * x + t0 + 2
+        t2 = grad2_x * t1
+        tangent_grad_grad_out = sigmoid_x * (
+            sigmoid_neg_x * t2 * tangent_x + tangent_grad2_x * (t0 + 1)
+        )
+        tangent_grad_x = (
+            sigmoid_neg_x
+            * sigmoid_x
+            * (
+                grad2_x
+                * grad_out
+                * tangent_x
+                * (
+                    sigmoid_neg_x**2 * x
+                    + 3 * sigmoid_neg_x
+                    + sigmoid_x**2 * x
+                    - 4 * sigmoid_x * t0
+                    - 3 * sigmoid_x
+                )
+                + grad_out * t1 * tangent_grad2_x
+                + t2 * tangent_grad_out
+            )
+        )
+        return tangent_grad_grad_out, tangent_grad_x
+
+
+class SiluBackward3ForCompile(torch.autograd.Function):
+    """Level 3: the vector-Jacobian product of level 2, with explicit symbolic formulas.
+
+    torch.compile traces this class; SiluBackward3 below adds the forward-mode derivative (jvp),
+    which Dynamo refuses to trace.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        grad3_grad_out, grad3_x, grad2_x, grad_out, x, sigmoid_x, sigmoid_neg_x
+    ):
+        t0 = sigmoid_neg_x * x
+        t1 = grad3_x * grad_out
+        t2 = torch.addcmul(t0, sigmoid_x, x, value=-1) + 2
+        t3 = sigmoid_neg_x * t2
+        t4 = grad2_x * sigmoid_x
+        grad_grad2_x = sigmoid_x * torch.addcmul(grad3_grad_out * (t0 + 1), t1, t3)
+        grad_grad_out = grad3_x * t3 * t4
+        grad_x = (
+            sigmoid_neg_x
+            * t4
+            * torch.addcmul(
+                grad3_grad_out * t2,
+                t1,
+                torch.add(
+                    torch.addcmul(
+                        torch.addcmul(
+                            torch.add(sigmoid_neg_x**2 * x, sigmoid_neg_x, alpha=3),
+                            x,
+                            sigmoid_x**2,
+                        ),
+                        sigmoid_x,
+                        t0,
+                        value=-4,
+                    ),
+                    sigmoid_x,
+                    alpha=-3,
+                ),
+            )
+        )
+        return grad_grad2_x, grad_grad_out, grad_x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad3_grad_out, grad3_x, grad2_x, grad_out, x, _sigmoid_x, _sigmoid_neg_x = (
+            inputs
+        )
+        ctx.save_for_backward(grad3_grad_out, grad3_x, grad2_x, grad_out, x)
+        ctx.save_for_forward(grad3_grad_out, grad3_x, grad2_x, grad_out, x)
+
+    @staticmethod
+    def backward(ctx, grad4_grad2_x, grad4_grad_out, grad4_x):
+        grad3_grad_out, grad3_x, grad2_x, grad_out, x = ctx.saved_tensors
+        sigmoid_x = torch.sigmoid(x)
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t0 = sigmoid_neg_x * x
+        t1 = sigmoid_x * x
+        t2 = t0 - t1 + 2
+        t3 = grad2_x * grad4_x
+        t4 = grad4_grad_out * t2
+        t5 = grad4_grad2_x * t2
+        sigmoid_x_pow2 = sigmoid_x**2
+        sigmoid_neg_x_pow2 = sigmoid_neg_x**2
+        t6 = torch.addcmul(
+            torch.add(
+                torch.addcmul(
+                    torch.addcmul(3 * sigmoid_neg_x, sigmoid_neg_x_pow2, x),
+                    sigmoid_x,
+                    t0,
+                    value=-4,
+                ),
+                sigmoid_x,
+                alpha=-3,
+            ),
+            sigmoid_x_pow2,
+            x,
+        )
+        t7 = t3 * t6
+        t8 = sigmoid_neg_x * sigmoid_x
+        t9 = grad3_x * grad_out
+        t10 = torch.addcmul(grad3_grad_out * t2, t6, t9)
+        grad_grad3_grad_out = sigmoid_x * torch.addcmul(
+            grad4_grad2_x * (t0 + 1), sigmoid_neg_x * t2, t3
+        )
+        grad_grad3_x = t8 * torch.addcmul(
+            torch.addcmul(grad2_x * t4, grad_out, t5), grad_out, t7
+        )
+        grad_grad2_x = t8 * torch.addcmul(grad3_x * t4, grad4_x, t10)
+        grad_grad_out = grad3_x * t8 * (t5 + t7)
+        grad_x = t8 * torch.addcmul(
+            torch.addcmul(grad2_x * grad3_x * grad4_grad_out * t6, grad4_grad2_x, t10),
+            t3,
+            torch.addcmul(
+                grad3_grad_out * t6,
+                t9,
+                torch.add(
+                    torch.add(
+                        torch.addcmul(
+                            torch.addcmul(
+                                torch.add(
+                                    torch.addcmul(
+                                        sigmoid_neg_x**3 * x,
+                                        sigmoid_neg_x_pow2,
+                                        t1,
+                                        value=-11,
+                                    ),
+                                    sigmoid_neg_x_pow2,
+                                    alpha=4,
+                                ),
+                                x,
+                                sigmoid_x**3,
+                                value=-1,
+                            ),
+                            sigmoid_x_pow2,
+                            t0,
+                            value=11,
+                        ),
+                        sigmoid_x_pow2,
+                        alpha=4,
+                    ),
+                    t8,
+                    alpha=-16,
+                ),
+            ),
+        )
+        return (
+            grad_grad3_grad_out,
+            grad_grad3_x,
+            grad_grad2_x,
+            grad_grad_out,
+            grad_x,
+            None,
+            None,
+        )
+
+
+class SiluBackward3(SiluBackward3ForCompile):
+    """SiluBackward3ForCompile with its forward-mode derivative, for torch.func transforms and forward-mode AD."""
+
+    @staticmethod
+    def jvp(
+        ctx,
+        tangent_grad3_grad_out,
+        tangent_grad3_x,
+        tangent_grad2_x,
+        tangent_grad_out,
+        tangent_x,
+        _tangent_sigmoid_x,
+        _tangent_sigmoid_neg_x,
+    ):
+        grad3_grad_out, grad3_x, grad2_x, grad_out, x = ctx.saved_tensors
+        sigmoid_x = torch.sigmoid(x)
+        sigmoid_neg_x = torch.sigmoid(-x)
+        t0 = sigmoid_neg_x * x
+        t1 = sigmoid_x * x
+        t2 = t0 - t1 + 2
+        t3 = grad3_x * t2
+        t4 = grad_out * tangent_grad3_x
+        sigmoid_x_pow2 = sigmoid_x**2
+        sigmoid_neg_x_pow2 = sigmoid_neg_x**2
+        t5 = (
+            3 * sigmoid_neg_x
+            + sigmoid_neg_x_pow2 * x
+            - 4 * sigmoid_x * t0
+            - 3 * sigmoid_x
+            + sigmoid_x_pow2 * x
+        )
+        t6 = grad3_x * grad_out
+        t7 = grad3_grad_out * t2 + t5 * t6
+        t8 = grad2_x * t2
+        t9 = grad2_x * tangent_x
+        t10 = grad3_x * t5
+        t11 = sigmoid_neg_x * sigmoid_x
+        tangent_grad_grad2_x = sigmoid_x * (
+            sigmoid_neg_x * t2 * t4
+            + sigmoid_neg_x * t3 * tangent_grad_out
+            + sigmoid_neg_x * t7 * tangent_x
+            + tangent_grad3_grad_out * (t0 + 1)
+        )
+        tangent_grad_grad_out = t11 * (
+            t10 * t9 + t3 * tangent_grad2_x + t8 * tangent_grad3_x
+        )
+        tangent_grad_x = t11 * (
+            grad2_x * t10 * tangent_grad_out
+            + grad2_x * t4 * t5
+            + t7 * tangent_grad2_x
+            + t8 * tangent_grad3_grad_out
+            + t9
+            * (
+                grad3_grad_out * t5
+                + t6
+                * (
+                    sigmoid_neg_x**3 * x
+                    - 11 * sigmoid_neg_x_pow2 * t1
+                    + 4 * sigmoid_neg_x_pow2
+                    - sigmoid_x**3 * x
+                    + 11 * sigmoid_x_pow2 * t0
+                    + 4 * sigmoid_x_pow2
+                    - 16 * t11
+                )
+            )
+        )
+        return tangent_grad_grad2_x, tangent_grad_grad_out, tangent_grad_x
 
 
 def silu(x):
@@ -65,4 +429,4 @@ def silu(x):
     up to order 4.
     """
     function = SiluForCompile if torch.compiler.is_compiling() else Silu
-    return function.apply(x)
+    return function.apply(x)[0]

@@ -272,7 +272,7 @@ def test_profiled_kernel_count_equals_the_dispatch_count_on_eager_code(tmp_path)
 
 
 @pytest.mark.compile
-def test_a_fused_level_counts_as_one_kernel_and_stays_compiled_after_counting(tmp_path):
+def test_a_fused_level_counts_as_one_kernel(tmp_path):
     """A dispatch mode makes torch.compile run eagerly: bench times first, and counts fused work
     with the profiler, where each compiled graph is one kernel."""
     spec = one_input_spec()

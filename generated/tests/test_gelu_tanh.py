@@ -97,7 +97,7 @@ def derivative_chain(fn, inputs, order, seed):
 
 def test_module_constants():
     assert generated.ORDER == ORDER
-    assert generated.STRATEGY == "save_inputs"
+    assert generated.STRATEGY == "nested"
 
 
 @pytest.mark.parametrize("seed", [0, 1])
