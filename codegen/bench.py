@@ -16,6 +16,7 @@ saved for backward and the autograd nodes are deterministic, so they are measure
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -163,14 +164,33 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
     first = workdir / spec.name / strategies[0]
     composed = import_path(first / "tests" / f"test_{spec.name}.py").composed
     candidates = [Candidate(COMPOSED, composed)]
+    codes: dict[str, str] = {}  # the first strategy named explicitly with each code
     for strategy, module in modules.items():
         concrete = module.STRATEGY
-        same_as = concrete if strategy == "auto" and concrete in modules else None
-        note = f"= {concrete}" if concrete != strategy else ""
+        code = strategy if strategy == "auto" else codes.setdefault(_code_of(module), strategy)
+        same_as = concrete if strategy == "auto" and concrete in modules else (code if code != strategy else None)
+        note = f"= {concrete}" if concrete != strategy else (f"= {code}" if same_as else "")
         candidates.append(Candidate(strategy, getattr(module, spec.name), note, same_as))
     if spec.native:
         candidates.append(Candidate(NATIVE, resolve_native(spec.native), spec.native))
     return Subject(spec, tuple(candidates))
+
+
+def _code_of(module) -> str:
+    """What a generated module runs: its syntax tree without docstrings and without STRATEGY.
+
+    Two strategies can generate the same code (atan2 has no call to share, so save_outputs and
+    intermediates are save_inputs); measured apart, identical code differed by up to 15 % between
+    columns, so it is measured once and shown for each.
+    """
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            node.body = body[1:] or [ast.Pass()]
+    tree.body = [node for node in tree.body
+                 if not (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["STRATEGY"])]
+    return ast.dump(tree)
 
 
 def _generate_and_import(spec: Spec, folder: Path):

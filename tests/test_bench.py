@@ -283,3 +283,15 @@ def test_a_fused_level_counts_as_one_kernel(tmp_path):
     work()
     assert bench.count_kernels_profiled(work) == 3  # level 0, level 1, level 2's forward
     assert bench.count_ops(work) > 3  # the same work under a dispatch mode: eager ops
+
+
+def test_identical_code_is_measured_once(tmp_path):
+    """x**3 shares no call: save_outputs and intermediates generate save_inputs' code, which bench
+    measures once (apart, identical code differed by up to 15 % between columns)."""
+    spec = Spec(path="c.yaml", name="c", expr="x**3", inputs=("x",), order=2)
+    subject = bench.make_subject(spec, ("auto", "save_inputs", "save_outputs", "intermediates", "nested"), tmp_path)
+    same = {c.label: c.same_as for c in subject.candidates}
+    assert same == {"composed": None, "auto": "save_inputs", "save_inputs": None, "save_outputs": "save_inputs",
+                    "intermediates": "save_inputs", "nested": None}
+    notes = {c.label: c.note for c in subject.candidates}
+    assert notes["save_outputs"] == "= save_inputs" and notes["nested"] == ""
