@@ -108,7 +108,10 @@ def generate(
     if problems:
         raise SpecErrors(problems)
     digest = hashlib.sha256("".join(f"{s.name}:{s.digest(__version__, rewrite)}\n" for s in specs).encode()).hexdigest()
-    files["__init__.py"] = render_init([s.name for s in specs], display_path(specs_path, root), digest)
+    shown = display_path(specs_path, root)
+    kept = _reusable(reuse_from / "__init__.py", header(shown, digest)) if reuse_from else None
+    # read back when up to date: rendering imports SymPy (0.6 s), most of an unchanged rebuild
+    files["__init__.py"] = kept if kept is not None else render_init([s.name for s in specs], shown, digest)
     return files
 
 
@@ -150,14 +153,20 @@ def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
     expected = header(spec.path, digest)
     kept = {}
     for rel in (f"{spec.name}.py", f"tests/test_{spec.name}.py"):
-        try:
-            text = (out / rel).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return None
-        if not text.startswith(expected + "\n"):
+        text = _reusable(out / rel, expected)
+        if text is None:
             return None
         kept[rel] = text
     return kept
+
+
+def _reusable(path: Path, expected_header: str) -> str | None:
+    """The text of ``path`` if it starts with ``expected_header``, else None."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text.startswith(expected_header + "\n") else None
 
 
 def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], list[Problem], float]:

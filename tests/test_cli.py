@@ -461,6 +461,19 @@ def test_unchanged_rebuild_skips_generation_and_force_restores_an_edited_file(sp
     assert module.read_text() == pristine
 
 
+def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(specs_only):
+    """Importing SymPy is most of a rebuild's time: an unchanged one (__init__.py included) needs none."""
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    code = (
+        "import sys\nfrom codegen.cli import run\nsys.argv = ['dbgen', 'build', 'specs', '-o', 'out']\n"
+        "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
+        "assert 'sympy' not in sys.modules, 'an unchanged rebuild imported SymPy'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "(0 file(s) written)" in result.stdout
+
+
 def test_a_changed_spec_is_regenerated_and_only_it(specs_only):
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
     spec = specs_only / "specs" / "square.yaml"
