@@ -21,17 +21,35 @@ class TorchPrinter(PythonCodePrinter):
 
     printmethod = "_torchcode"
 
-    def __init__(self, tensors, settings=None, fold_sums: bool = True):
+    def __init__(self, tensors, settings=None, fold_sums: bool = True, scaled_last=()):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
         self.tensors = frozenset(sympy.Symbol(str(name), real=True) for name in tensors)
         self.fold_sums = fold_sums
+        self.scaled_last = frozenset(sympy.Symbol(str(name), real=True) for name in scaled_last)
         self.uses_math = False
 
     def is_tensor(self, expr: sympy.Expr) -> bool:
         return bool(expr.free_symbols & self.tensors)
 
     # --- arithmetic --------------------------------------------------------------------
-    _print_Mul = StrPrinter._print_Mul
+    def _print_Mul(self, expr):
+        """As SymPy prints it, except a product of a cotangent named in ``scaled_last``, whose float
+        factors come last: ``grad_out * x**2 * 3``, not ``3 * grad_out * x**2``. In a backward that
+        autograd differentiates, the first multiplies the cotangent by x**2 and saves only the
+        cotangent (which autograd holds anyway); the second forms ``3 * grad_out``, a new tensor
+        autograd must keep for the second-order pass."""
+        parts = sympy.Mul.make_args(expr)
+        floats = [part for part in parts if not self.is_tensor(part)]
+        if not (floats and self.scaled_last & set(parts)) or sympy.Mul(*floats) == -1:
+            return StrPrinter._print_Mul(self, expr)  # a sign is printed first, as -a * b
+        tensors = sympy.Mul(*(part for part in parts if self.is_tensor(part)))
+        product = self.parenthesize(tensors, PRECEDENCE["Mul"], strict=True)
+        scale = sympy.Mul(*floats)
+        if scale.is_Rational and not scale.is_Integer:
+            return f"{product} / {scale.q}" if scale.p == 1 else f"{product} * ({scale.p}/{scale.q})"
+        if scale.is_Number:
+            return f"{product} * {self._print(scale)}"
+        return f"{product} * {self.parenthesize(scale, PRECEDENCE['Atom'], strict=True)}"
 
     def _print_Add(self, expr, order=None):
         """A sum of tensor terms in as few kernels as eager torch has: the first plain term (else the

@@ -171,13 +171,13 @@ def _test_shapes(count: int) -> list[tuple[int, ...]]:
     return [cycle[i % len(cycle)] for i in range(count)]
 
 
-def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True) -> TorchPrinter:
+def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True, scaled_last=()) -> TorchPrinter:
     """A printer that knows which names in ``block`` hold tensors (the rest hold floats)."""
     names = set(tensors_in_scope)
     for name, value in block.temporaries:
         if any(str(s) in names for s in value.free_symbols):
             names.add(name)
-    return TorchPrinter(names, fold_sums=fold_sums)
+    return TorchPrinter(names, fold_sums=fold_sums, scaled_last=scaled_last)
 
 
 def _signature(spec) -> str:
@@ -284,7 +284,9 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
             return lines, call
         lines.append(f"{_unpack(grads) if len(grads) > 1 else grads[0]} = {call}")
         return lines, ", ".join([*grads, *nones])
-    printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=plan.strategy == "nested")
+    nested = plan.strategy == "nested"  # else autograd differentiates this backward at second order
+    printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=nested,
+                             scaled_last=() if nested else fn.cotangents)
     printers.append(printer)
     if fn.accumulations:
         lines += _accumulation_lines(fn, printer)

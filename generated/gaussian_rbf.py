@@ -63,7 +63,7 @@ class GaussianRbfForCompile(torch.autograd.Function):
         x, y = ctx.saved_tensors
         gamma = ctx.gamma
         t0 = x - y
-        t1 = 2 * gamma * grad_out * torch.exp(-gamma * t0**2)
+        t1 = grad_out * torch.exp(-gamma * t0**2) * (2 * gamma)
         grad_x = -t0 * t1
         grad_y = t0 * t1
         return grad_x, grad_y, None

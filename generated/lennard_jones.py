@@ -58,12 +58,10 @@ class LennardJonesForCompile(torch.autograd.Function):
         r_pow_neg6 = r_pow_neg3**2
         r_pow_neg7 = inv_r * r_pow_neg6
         grad_r = (
-            24
-            * epsilon
-            * grad_out
+            grad_out
             * r_pow_neg7
-            * sigma_pow6
             * (-2 * r_pow_neg6 * sigma_pow6 + 1)
+            * (24 * epsilon * sigma_pow6)
         )
         return grad_r, None, None
 

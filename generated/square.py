@@ -41,7 +41,7 @@ class SquareForCompile(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         (x,) = ctx.saved_tensors
-        grad_x = 2 * grad_out * x
+        grad_x = grad_out * x * 2
         return grad_x
 
 

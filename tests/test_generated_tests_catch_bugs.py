@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MUTATIONS = {
     # first derivative of a save_inputs Function, off by 0.05%: below gradcheck's tolerance, not ours
-    "square": (r"grad_x = 2 \* grad_out \* x", "grad_x = 2.001 * grad_out * x",
+    "square": (r"grad_x = grad_out \* x \* 2", "grad_x = grad_out * x * 2.001",
                ["test_derivatives_match_composed[1]", "test_derivatives_match_composed[2]"]),
     # the third derivative, at the last nested level only: gradcheck and gradgradcheck cannot see it
     "cube": (r"grad_x = t2 \* \(t0 \+ t1\)", "grad_x = t2 * (t0 + 1.001 * t1)",

@@ -59,3 +59,32 @@ def test_folding_saves_kernels_where_it_can():
 def test_sums_of_floats_print_as_python():
     assert TorchPrinter(TENSORS).doprint(beta + 2) == "beta + 2"
     assert TorchPrinter(TENSORS, fold_sums=False).doprint(t + a * b) == "a*b + t"
+
+
+g = sympy.Symbol("g", real=True)
+
+
+def test_a_cotangent_is_scaled_after_its_product_where_autograd_differentiates():
+    printer = TorchPrinter((*TENSORS, "g"), fold_sums=False, scaled_last=("g",))
+    assert printer.doprint(2 * g * t) == "g*t * 2"
+    assert printer.doprint(beta * g * t / 2) == "g*t * (beta/2)"
+    assert printer.doprint(g * t / 2) == "g*t / 2"
+    assert printer.doprint(-g * t) == "-g*t"  # a sign: printed first, as SymPy does
+    assert printer.doprint(2 * t * u) == "2*t*u"  # no cotangent: as SymPy prints it
+    assert TorchPrinter((*TENSORS, "g"), fold_sums=False).doprint(2 * g * t) == "2*g*t"
+
+
+def test_scaling_a_cotangent_last_saves_nothing_for_the_second_order_pass():
+    x = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(8, dtype=torch.float64)
+    for code, kept in (("2*grad_out*x", 1), ("grad_out*x * 2", 0)):
+        packed = []
+
+        def pack(tensor, packed=packed):
+            if tensor is not x and tensor is not grad_out:
+                packed.append(tensor)
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            eval(code, {"x": x, "grad_out": grad_out})  # test code: the two printed forms above
+        assert len(packed) == kept, code
