@@ -444,34 +444,31 @@ def _passed_values(chain: list[_Link], inputs, namer: Namer, stable) -> list[_Pa
     in one top-down pass). Level 0's output is itself such a value when it is a call (exp(x),
     whose derivatives are exp(x)). A value no later level reads in the end is dropped.
     """
+    output = chain[0].results[0].name
     current = [[stable(r.expr) for r in link.results] for link in chain]
     found = []  # per level: its values (name, formula in terms of earlier values)
     for level in range(len(chain)):
         later = [f for fs in current[level + 1:] for f in fs]
         named = {}
         for value in symbolic.reused_calls(current[level], later, inputs):
-            is_output = level == 0 and value == current[0][0]
             base = _describe(value)
-            named[value] = chain[0].results[0].name if is_output else namer.fresh(base, numbered=base == "t")
+            is_output = level == 0 and value == current[0][0]
+            named[value] = output if is_output else namer.fresh(base, numbered=base == "t")
         replacements = {value: _symbol(name) for value, name in named.items()}
         for j in range(level + 1, len(chain)):
             current[j] = [f.xreplace(replacements) for f in current[j]]
-        output = chain[0].results[0].name
         found.append([(name, value) for value, name in named.items() if name != output])
     reads = [
         set().union(*(f.free_symbols for f in current[level]), *(v.free_symbols for _, v in found[level]))
         for level in range(len(chain))
     ]
-    passing, earlier = [], []
+    passing, earlier = [], []  # earlier: the values computed before a level, level 0's output first
     for level in range(len(chain)):
-        needed_later = set().union(*reads[level + 1:])
-        later_needed = set().union(*reads[level:])
-        constants = tuple(name for name in earlier if _symbol(name) in later_needed)
-        values = tuple(Result(name, value) for name, value in found[level] if _symbol(name) in needed_later)
+        read_here_or_after, read_after = set().union(*reads[level:]), set().union(*reads[level + 1:])
+        constants = tuple(name for name in earlier if _symbol(name) in read_here_or_after)
+        values = tuple(Result(name, value) for name, value in found[level] if _symbol(name) in read_after)
         passing.append(_Passing(tuple(current[level]), constants, values))
-        earlier += [name for name, _ in found[level]]
-        if level == 0:
-            earlier.insert(0, chain[0].results[0].name)
+        earlier += [output] * (level == 0) + [name for name, _ in found[level]]
     return passing
 
 
