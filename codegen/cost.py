@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import sympy
 
+from .symbolic import SumTerm
+
 # One kernel's time relative to ``a * b``, and the time of autograd's backward for it.
 # Functions: (forward, backward); the backward of most is one fused kernel (tanh_backward,
 # sigmoid_backward, ...) or a product with a saved value.
@@ -73,19 +75,10 @@ def block_cost(exprs, scalars, folded: bool = False) -> tuple[float, float]:
 
 
 def _folding_saving(add: sympy.Add, scalars) -> float:
-    """What folding saves on a sum: for each term but the first, a product's last multiplication
-    and its coefficient's (addcmul), or a scaled tensor's coefficient (add with alpha)."""
-    savings = []
-    for term in add.args:
-        parts = sympy.Mul.make_args(term)
-        tensors = [part for part in parts if not part.free_symbols <= scalars]
-        if not tensors:
-            continue
-        coefficient = sympy.Mul(*(part for part in parts if part.free_symbols <= scalars))
-        if len(tensors) >= 2:
-            savings.append(TENSOR_OP + (0.0 if coefficient == 1 else SCALAR_OP))
-        else:
-            savings.append(0.0 if coefficient in (1, -1) else SCALAR_OP)
+    """What folding saves on a sum (``symbolic.SumTerm``): for each tensor term but the first, a
+    product's last multiplication and its coefficient's (addcmul), or a scaled tensor's coefficient."""
+    terms = [SumTerm.of(term, lambda part: not part.free_symbols <= scalars) for term in add.args]
+    savings = [t.saved_products * TENSOR_OP + t.saved_scalings * SCALAR_OP for t in terms if t.factors]
     return sum(savings) - min(savings, default=0.0)
 
 

@@ -393,7 +393,8 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
             saved = link.names
         else:
             handed = set(passing[level + 1].constants)
-            saved = (*link.names, *(n for n in (*passed.constants, *_link_outputs(link, passed)) if n in handed))
+            outputs = (*(r.name for r in link.results), *(v.name for v in passed.values))
+            saved = (*link.names, *(n for n in (*passed.constants, *outputs) if n in handed))
         functions.append(
             FunctionPlan(
                 class_name=classes[level][0],
@@ -413,10 +414,6 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
             )
         )
     return tuple(functions)
-
-
-def _link_outputs(link: _Link, passed: _Passing) -> tuple[str, ...]:
-    return (*(r.name for r in link.results), *(v.name for v in passed.values))
 
 
 def _nested_chain(expr, inputs, order, namer: Namer) -> list[_Link]:

@@ -14,6 +14,8 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
+from .symbolic import SumTerm
+
 
 
 class TorchPrinter(PythonCodePrinter):
@@ -62,7 +64,7 @@ class TorchPrinter(PythonCodePrinter):
         code, the jvp and the tests' composed reference read as a person would write them."""
         if not self.fold_sums or not self.is_tensor(expr):
             return super()._print_Add(expr, order)
-        terms = [_Term.of(term, self.is_tensor) for term in self._as_ordered_terms(expr, order=order)]
+        terms = [SumTerm.of(term, self.is_tensor) for term in self._as_ordered_terms(expr, order=order)]
         tensors = [term for term in terms if term.factors]
         first = min(tensors, key=lambda term: term.saving)  # the first of the least to gain by folding
         floats = sympy.Add(*(term.expr for term in terms if not term.factors))
@@ -89,7 +91,7 @@ class TorchPrinter(PythonCodePrinter):
                 return inner
         return printed
 
-    def _fold(self, total: str, term: "_Term") -> str:
+    def _fold(self, total: str, term: SumTerm) -> str:
         """``total + term`` in one kernel."""
         if len(term.factors) >= 2:
             a, b = sympy.Mul(*term.factors[:-1]), term.factors[-1]
@@ -256,25 +258,3 @@ class TorchPrinter(PythonCodePrinter):
 
 
 _MATH_NAMES = {"abs": "fabs"}
-
-
-class _Term:
-    """One term of a sum: a float coefficient (numbers and params) times tensor factors."""
-
-    def __init__(self, expr, coefficient, factors):
-        self.expr, self.coefficient, self.factors = expr, coefficient, factors
-
-    @classmethod
-    def of(cls, term: sympy.Expr, is_tensor) -> "_Term":
-        parts = sympy.Mul.make_args(term)
-        factors = [part for part in parts if is_tensor(part)]
-        coefficient = sympy.Mul(*(part for part in parts if not is_tensor(part)))
-        return cls(term, coefficient, factors)
-
-    @property
-    def saving(self) -> int:
-        """Kernels saved by folding this term into a sum rather than printing it first: a product's
-        last multiplication and its coefficient's, a scaled tensor's coefficient; none for +-t."""
-        if len(self.factors) >= 2:
-            return 1 + (self.coefficient != 1)
-        return int(self.coefficient not in (1, -1))

@@ -7,6 +7,8 @@ as autograd takes them (the derivative of sign(u) is 0, not a Dirac delta).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+
 import sympy
 
 from . import limits
@@ -129,6 +131,40 @@ def reused_calls(formulas: list[sympy.Expr], later: list[sympy.Expr], inputs, wh
             marker = sympy.Dummy(f"shared{index}")
             remaining = [d.xreplace({value: marker}) for d in remaining]
     return tuple(sorted(kept, key=lambda v: (sympy.count_ops(v), sympy.default_sort_key(v))))
+
+
+@dataclass(frozen=True)
+class SumTerm:
+    """One term of a sum: a float coefficient (numbers and params) times tensor factors.
+
+    A sum is folded (printer.py: ``torch.addcmul``, ``torch.add(alpha=)``) by printing its first
+    term as it is and folding each other term in; folding a term saves its last product and its
+    coefficient's multiplication (the cost model weighs the same savings, cost.py).
+    """
+
+    expr: sympy.Expr
+    coefficient: sympy.Expr
+    factors: tuple[sympy.Expr, ...]
+
+    @classmethod
+    def of(cls, term: sympy.Expr, is_tensor) -> "SumTerm":
+        parts = sympy.Mul.make_args(term)
+        return cls(term, sympy.Mul(*(p for p in parts if not is_tensor(p))), tuple(p for p in parts if is_tensor(p)))
+
+    @property
+    def saved_products(self) -> int:
+        """1 for a product of tensors, whose last multiplication addcmul takes over."""
+        return int(len(self.factors) >= 2)
+
+    @property
+    def saved_scalings(self) -> int:
+        """1 where a coefficient multiplication moves into addcmul's value or add's alpha (+-t needs none)."""
+        return int(self.coefficient not in ((1,) if self.saved_products else (1, -1)))
+
+    @property
+    def saving(self) -> int:
+        """Kernels saved by folding this term in rather than printing it first."""
+        return self.saved_products + self.saved_scalings
 
 
 def common_subexpressions(exprs: list[sympy.Expr]):
