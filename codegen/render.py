@@ -116,6 +116,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         helpers=helpers,
         functions=views,
         signature=_signature(spec),
+        argument_checks=_argument_checks(spec),
         function=plan.local("function"),
         choice=_compile_choice(plan.entry),
         call=f"{plan.local('function')}.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
@@ -183,6 +184,27 @@ def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True, scale
 def _signature(spec) -> str:
     params = [f"{name}={value!r}" for name, value in spec.params]
     return ", ".join([*spec.inputs, *(["*", *params] if params else [])])
+
+
+def _argument_checks(spec) -> list[str]:
+    """The public function's first lines: every param must be a Python number, every input a tensor.
+
+    Each guard is a cheap test that passes on the usual call (float params, tensor inputs); the
+    helper behind it refuses a tensor param (its gradient would be silently dropped) and wraps
+    Python numbers given as inputs beside a tensor, or refuses them alone.
+    """
+    name = f'"{spec.name}"'
+    lines = []
+    if spec.params:
+        guard = " or ".join(f"type({param}) is not float" for param in spec.param_names)
+        lines += [f"if {guard}:", f"    _check_params({name}, {_keywords(spec.param_names)})"]
+    guard = " and ".join(f"isinstance({x}, torch.Tensor)" for x in spec.inputs)
+    lines += [f"if not ({guard}):" if len(spec.inputs) > 1 else f"if not {guard}:", f"    {_unpack(spec.inputs)} = _tensor_inputs({name}, {_keywords(spec.inputs)})"]
+    return lines
+
+
+def _keywords(names) -> str:
+    return ", ".join(f"{name}={name}" for name in names)
 
 
 def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
