@@ -186,20 +186,29 @@ def _signature(spec) -> str:
     return ", ".join([*spec.inputs, *(["*", *params] if params else [])])
 
 
+_GUARD_BUILTINS = {"type", "float", "isinstance"}  # what the public function's guards read
+
+
 def _argument_checks(spec) -> list[str]:
     """The public function's first lines: every param must be a Python number, every input a tensor.
 
-    Each guard is a cheap test that passes on the usual call (float params, tensor inputs); the
-    helper behind it refuses a tensor param (its gradient would be silently dropped) and wraps
-    Python numbers given as inputs beside a tensor, or refuses them alone.
+    The helpers refuse a tensor param (its gradient would be silently dropped) and wrap Python
+    numbers given as inputs beside a tensor, or refuse them alone. Each call sits behind a cheap
+    guard that the usual call (float params, tensor inputs) passes; the guard reads the builtins
+    ``type``, ``float`` and ``isinstance``, so where an input or param takes one of those names the
+    helpers are called unguarded.
     """
     name = f'"{spec.name}"'
+    guarded = not _GUARD_BUILTINS & {*spec.inputs, *spec.param_names}
     lines = []
     if spec.params:
+        check = f"_check_params({name}, {_keywords(spec.param_names)})"
         guard = " or ".join(f"type({param}) is not float" for param in spec.param_names)
-        lines += [f"if {guard}:", f"    _check_params({name}, {_keywords(spec.param_names)})"]
+        lines += [f"if {guard}:", f"    {check}"] if guarded else [check]
+    wrap = f"{_unpack(spec.inputs)} = _tensor_inputs({name}, {_keywords(spec.inputs)})"
     guard = " and ".join(f"isinstance({x}, torch.Tensor)" for x in spec.inputs)
-    lines += [f"if not ({guard}):" if len(spec.inputs) > 1 else f"if not {guard}:", f"    {_unpack(spec.inputs)} = _tensor_inputs({name}, {_keywords(spec.inputs)})"]
+    guard = f"not ({guard})" if len(spec.inputs) > 1 else f"not {guard}"
+    lines += [f"if {guard}:", f"    {wrap}"] if guarded else [wrap]
     return lines
 
 

@@ -4,21 +4,46 @@ the counter-example (the tutorial's SinhBad) caught by the same checks the gener
 from __future__ import annotations
 
 import ast
+import contextlib
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from torch.autograd.function import FunctionCtx
 
-from helpers import derivative_chain, sample
+from codegen import pipeline, write
+from helpers import derivative_chain, import_path, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = sorted((ROOT / "generated").glob("*.py"))
 MODULES = [p for p in GENERATED if p.name != "__init__.py"]
+BUILDS = ["save_inputs", "save_outputs", "intermediates", "nested", "fuse"]  # each example built so
+EXAMPLES = sorted(path.stem for path in (ROOT / "specs").glob("*.yaml"))
 
 
 def _spec_of(path: Path) -> dict:
     return yaml.safe_load((ROOT / "specs" / f"{path.stem}.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def example_builds(tmp_path_factory) -> dict[str, Path]:
+    """Every example spec built with each strategy, and fused: build -> folder of NAME.py files."""
+    folders = {}
+    for build in BUILDS:
+        specs = tmp_path_factory.mktemp(f"specs_{build}")
+        for name in EXAMPLES:
+            spec = _spec_of(Path(name))
+            spec.update(fuse=True) if build == "fuse" else spec.update(strategy=build)
+            (specs / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        folders[build] = tmp_path_factory.mktemp(f"out_{build}")
+        write.write_files(folders[build], pipeline.generate(specs, root=specs.parent))
+    return folders
+
+
+def _module_path(where: str, name: str, example_builds) -> Path:
+    """``generated/NAME.py`` (where == "checked_in"), or the example built with strategy/fuse ``where``."""
+    return ROOT / "generated" / f"{name}.py" if where == "checked_in" else example_builds[where] / f"{name}.py"
 
 
 def _functions(tree: ast.Module):
@@ -27,9 +52,15 @@ def _functions(tree: ast.Module):
             yield node, {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
-def test_only_params_are_kept_on_ctx(path):
-    """Tensors reach backward only through save_for_backward; ctx attributes hold float params."""
+@pytest.mark.parametrize("where", ["checked_in", *BUILDS])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_only_params_are_kept_on_ctx(name, where, example_builds):
+    """Tensors reach backward only through save_for_backward; ctx attributes hold params, and a param
+    is a Python number: the public function refuses anything else before any Function runs.
+
+    (0.3.0 stored a tensor passed as a param on ctx, and its gradient was silently dropped.)
+    """
+    path = _module_path(where, name, example_builds)
     params = set((_spec_of(path).get("params") or {}))
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
@@ -37,6 +68,87 @@ def test_only_params_are_kept_on_ctx(path):
             for target in node.targets:
                 if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "ctx":
                     assert target.attr in params, f"{path.name}:{node.lineno}: ctx.{target.attr} is not a param"
+    if params:
+        _assert_params_checked_before_apply(tree, name, params, path)
+
+
+def _assert_params_checked_before_apply(tree: ast.Module, name: str, params: set[str], path: Path) -> None:
+    """The public function calls _check_params with every param, unless each is exactly a float,
+    before its first ``.apply``; and _check_params raises a TypeError for a tensor."""
+    public = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name)
+    calls = [node for node in ast.walk(public) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)]
+    first_apply = min(call.lineno for call in calls if call.func.attr == "apply")
+    checks = [statement for statement in public.body if "_check_params(" in ast.unparse(statement)]
+    assert len(checks) == 1, f"{path.name}: {name}() does not check its params"
+    check = checks[0]
+    assert check.lineno < first_apply, f"{path.name}: {name}() checks its params after .apply"
+    call = (check.body[0] if isinstance(check, ast.If) else check).value
+    assert ast.unparse(call.func) == "_check_params"
+    assert {keyword.arg for keyword in call.keywords} == params
+    assert all(isinstance(keyword.value, ast.Name) and keyword.value.id == keyword.arg for keyword in call.keywords)
+    if isinstance(check, ast.If):  # what skips the check: each param's type exactly float, nothing else
+        assert ast.unparse(check.test) == " or ".join(f"type({keyword.arg}) is not float" for keyword in call.keywords)
+    helper = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "_check_params")
+    helper_text = ast.unparse(helper)
+    assert "isinstance(value, torch.Tensor)" in helper_text and "raise TypeError(" in helper_text
+
+
+_TORCH_BOOKKEEPING = {"to_save", "saved_for_forward", "non_differentiable", "dirty_tensors", "materialize_grads"}
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_tensor(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(item) for item in value.values())
+    return False
+
+
+@contextlib.contextmanager
+def tensors_stored_on_ctx(monkeypatch):
+    """Records (Function's ctx class, attribute) for each tensor assigned to any autograd ctx while
+    the block runs, torch's own bookkeeping (save_for_backward's ``to_save``, ...) left out."""
+    stored = []
+
+    def record(ctx, attribute, value):
+        if attribute not in _TORCH_BOOKKEEPING and _holds_tensor(value):
+            stored.append(f"{type(ctx).__name__}.{attribute}")
+        object.__setattr__(ctx, attribute, value)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FunctionCtx, "__setattr__", record, raising=False)
+        yield stored
+
+
+@pytest.mark.parametrize("where", ["checked_in", *BUILDS])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_no_tensor_is_ever_kept_on_ctx_at_run_time(name, where, example_builds, monkeypatch):
+    """A runtime scan of every ctx attribute, through forward and a create_graph backward to ORDER:
+    with number params (at non-default values), and with tensor params, which must be refused
+    before any ctx holds them (0.3.0 kept them as ``ctx.beta``: this scan fails on it)."""
+    spec = _spec_of(Path(name))
+    module = import_path(_module_path(where, name, example_builds))
+    fn = getattr(module, name)
+    domain = spec.get("domain") or {}
+    inputs = [sample((3, 4) if i == 0 else (4,), *domain.get(x, (-2.0, 2.0)), seed=i) for i, x in enumerate(spec["inputs"])]
+    numbers = {param: default * 1.25 + 0.1 for param, default in (spec.get("params") or {}).items()}
+    tensors = {param: torch.tensor(value, dtype=torch.float64, requires_grad=True) for param, value in numbers.items()}
+    with tensors_stored_on_ctx(monkeypatch) as stored:
+        derivative_chain(fn, inputs, spec["order"], seed=7, params=numbers)
+        if tensors:
+            with contextlib.suppress(TypeError):  # the refusal; the scan below is what this test checks
+                derivative_chain(fn, inputs, spec["order"], seed=7, params=tensors)
+    assert not stored, f"{name} ({where}) kept tensors on ctx: {sorted(set(stored))}"
+
+
+def test_the_runtime_scan_catches_a_tensor_on_ctx(monkeypatch):
+    """The scan above can fail: the tutorial's SinhBad keeps its intermediates on ctx."""
+    x = sample((3,), -2, 2, seed=0)
+    with tensors_stored_on_ctx(monkeypatch) as stored:
+        torch.autograd.grad(SinhBad.apply(x).sum(), x, create_graph=True)
+    assert sorted(stored) == ["SinhBadBackward.expnegx", "SinhBadBackward.expx"]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
