@@ -163,6 +163,8 @@ CORPUS = [
     bad("input_keyword", spec("input_keyword", inputs="[lambda]"), (3, "input 'lambda' is a Python keyword")),
     bad("input_nested_list", spec("input_nested_list", inputs="[[x]]"), (3, "input must be a single value, not a list")),
     bad("input_yaml_bool", spec("input_yaml_bool", inputs="[x, on]"), (3, "input 'on' is read by YAML as true/false")),
+    # quoting would not help: True is a Python keyword (YAML reads it as true/false as well)
+    bad("input_yaml_bool_keyword", spec("input_yaml_bool_keyword", inputs="[x, True]"), (3, "input 'True' is a Python keyword")),
     # order
     bad("order_string", spec("order_string", order='"2"'), (4, "order must be a whole number from 1 to 8, not '2' (remove")),
     bad("order_float", spec("order_float", order="2.5"), (4, "order must be a whole number from 1 to 8, not '2.5'")),
