@@ -222,14 +222,12 @@ def import_path(path: Path):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, by attribute lookup from ``torch`` only."""
+    from . import native
+
     try:
-        native = functools.reduce(getattr, name.split(".")[1:], torch)
-    except AttributeError:
-        raise BenchError(f"native: {name} is not in torch {torch.__version__}") from None
-    # torch.os.system is reachable by attribute lookup too: call only what torch defines
-    if not (getattr(native, "__module__", None) or "").startswith("torch"):
-        raise BenchError(f"native: {name} is not a torch function; name one torch defines, e.g. torch.exp")
-    return native
+        return native.resolve_native(name)
+    except native.NativeError as exc:
+        raise BenchError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ import warnings
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 
+from .language import NOT_YET
+
 
 class ExprError(ValueError):
     """A problem in an ``expr`` string, with a message a user can act on."""
@@ -121,11 +123,17 @@ _NODE_TEXT = {
 }
 
 
-def parse_expr(text: str, inputs: tuple[str, ...], params: tuple[str, ...]) -> sympy.Expr:
-    """Parse ``text`` into a real SymPy expression of the given input and param symbols."""
+def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...] | None) -> sympy.Expr:
+    """Parse ``text`` into a real SymPy expression of the given input and param symbols.
+
+    ``inputs`` or ``params`` None means they are not known (missing or invalid in the spec): every
+    name is then taken for a symbol, so that everything else in the expression is still checked.
+    """
     tree = _parse_bounded(text)
+    names_known = inputs is not None and params is not None
+    inputs, params = inputs or (), params or ()
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
-    result = _Builder(symbols, inputs, params).build(tree.body)
+    result = _Builder(symbols, inputs, params, names_known).build(tree.body)
     _check_result(result)
     _check_constants(result)
     return result
@@ -269,10 +277,11 @@ def _short(expr: sympy.Expr) -> str:
 class _Builder:
     """Builds SymPy objects from allowed ``ast`` nodes; refuses everything else by name."""
 
-    def __init__(self, symbols: dict[str, sympy.Symbol], inputs, params):
+    def __init__(self, symbols: dict[str, sympy.Symbol], inputs, params, names_known: bool = True):
         self.symbols = symbols
         self.inputs = inputs
         self.params = params
+        self.names_known = names_known
         self.depth = 0
 
     def build(self, node: ast.AST) -> sympy.Expr:
@@ -313,6 +322,8 @@ class _Builder:
             return CONSTANTS[name]
         if name in FUNCTIONS:
             raise ExprError(f"'{name}' is a function; call it, as in {name}(x)")
+        if not self.names_known:
+            return self.symbols.setdefault(name, sympy.Symbol(name, real=True))
         known = [*self.inputs, *self.params, *CONSTANTS]
         listing = f"the inputs are: {', '.join(self.inputs)}" + (f"; the params: {', '.join(self.params)}" if self.params else "")
         raise ExprError(f"undefined name '{name}'{_hint(name, known)}; {listing} (add it to inputs or params)")
@@ -361,6 +372,8 @@ class _Builder:
             raise ExprError("only the language's functions can be called, by name, as in exp(x)")
         name = node.func.id
         if name not in FUNCTIONS:
+            if name in NOT_YET and name not in self.symbols:
+                raise ExprError(f"'{name}' is {NOT_YET[name]}")
             what = "an input or param, not a function" if name in self.symbols else "not a function of the language"
             raise ExprError(f"'{name}' is {what}{_hint(name, FUNCTIONS)}; the functions are: {', '.join(FUNCTIONS)}")
         if node.keywords or any(isinstance(arg, ast.Starred) for arg in node.args):

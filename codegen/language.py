@@ -11,3 +11,41 @@ FUNCTION_ARITY = {
     "erf": 1, "erfc": 1, "sigmoid": 1, "softplus": 1, "abs": 1,
 }
 CONSTANT_NAMES = ("pi", "E")
+
+# Names users reach for that the language does not have (yet): what the message says instead of
+# a did-you-mean, which would be wrong (min is not sin). Where the language can already say it,
+# the hint gives the formula; the formulas are exact.
+_PIECEWISE = "not in the language yet (piecewise functions come in a later version)"
+_SPECIAL = "not in the language yet (special functions come in a later version)"
+NOT_YET = {
+    "min": f"{_PIECEWISE}; for min(a, b) write (a + b - abs(a - b))/2",
+    "max": f"{_PIECEWISE}; for max(a, b) write (a + b + abs(a - b))/2",
+    "minimum": f"{_PIECEWISE}; for minimum(a, b) write (a + b - abs(a - b))/2",
+    "maximum": f"{_PIECEWISE}; for maximum(a, b) write (a + b + abs(a - b))/2",
+    "relu": f"{_PIECEWISE}; for relu(x) write (x + abs(x))/2, or softplus(x) for a smooth one",
+    "clamp": _PIECEWISE, "clip": _PIECEWISE, "where": _PIECEWISE, "heaviside": _PIECEWISE,
+    "sign": _PIECEWISE, "floor": _PIECEWISE, "ceil": _PIECEWISE, "round": _PIECEWISE,
+    "lgamma": _SPECIAL, "gammaln": _SPECIAL, "gamma": _SPECIAL, "digamma": _SPECIAL, "polygamma": _SPECIAL,
+    "erfinv": _SPECIAL, "erfcx": _SPECIAL, "ndtri": _SPECIAL, "log_ndtr": _SPECIAL, "zeta": _SPECIAL,
+    "sinc": f"{_SPECIAL}; away from 0, sin(pi*x)/(pi*x)",
+    "xlogy": f"{_SPECIAL}; where x > 0, x*log(y)",
+    "i0": _SPECIAL, "i0e": _SPECIAL, "i1": _SPECIAL, "i1e": _SPECIAL,
+    "bessel_j0": _SPECIAL, "bessel_j1": _SPECIAL, "bessel_y0": _SPECIAL, "bessel_y1": _SPECIAL,
+    "ndtr": "not in the language; for the normal CDF write (1 + erf(x/sqrt(2)))/2",
+    "gelu": "not in the language; write x*(1 + erf(x/sqrt(2)))/2",
+    "silu": "not in the language; write x*sigmoid(x)",
+    "swish": "not in the language; write x*sigmoid(x) (or x*sigmoid(beta*x) with a param beta)",
+    "mish": "not in the language; write x*tanh(softplus(x))",
+    "expit": "not in the language; write sigmoid(x)",
+    "logit": "not in the language; write log(x) - log1p(-x)",
+    "logsigmoid": "not in the language; write -softplus(-x)",
+    "square": "not in the language; write x**2",
+    "pow": "not in the language; write x**y",
+    "rsqrt": "not in the language; write 1/sqrt(x)",
+    "exp2": "not in the language; write 2**x",
+    "log2": "not in the language; write log(x)/log(2)",
+    "log10": "not in the language; write log(x)/log(10)",
+    "ln": "not in the language; write log(x), the natural logarithm",
+    **{f"arc{name}": f"not in the language; write a{name}(x)" for name in ("sin", "cos", "tan", "sinh", "cosh", "tanh")},
+    "arctan2": "not in the language; write atan2(y, x)",
+}

@@ -14,7 +14,7 @@ from pathlib import Path
 from . import __version__, limits as bounds
 from .errors import Problem, SpecErrors
 from .write import header
-from .spec import Spec, display_path, load_spec
+from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -98,7 +98,8 @@ def generate(
             files.update(kept)
             if on_spec is not None:
                 on_spec(spec, None)
-    problems: list[Problem] = []
+    # load_specs(check_expr=False) left native unchecked: check it for the specs generated now
+    problems: list[Problem] = [p for spec in todo for p in native_problems(spec)] if reuse_from is not None else []
     generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits)
     for spec, (generated, found, seconds) in zip(todo, _map(generate_each, todo, jobs)):
         files.update(generated)

@@ -57,6 +57,7 @@ _SCALAR_TAGS = {
     "tag:yaml.org,2002:null",
 }
 _NULL_TAG = "tag:yaml.org,2002:null"
+_STR_TAG = "tag:yaml.org,2002:str"
 _COLLECTION_TAGS = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
 
 
@@ -147,8 +148,9 @@ def display_path(path: Path, root: Path | None = None) -> str:
 def load_spec(path: Path, shown: str, check_expr: bool = True) -> Spec:
     """Read, parse and validate one spec file; raise ``SpecErrors`` listing every problem.
 
-    ``check_expr=False`` parses the expression only when the file has other problems (to report
-    them all at once); a build that finds its output up to date then never imports SymPy.
+    ``check_expr=False`` parses the expression and resolves the ``native`` op only when the file
+    has other problems (to report them all at once); a build that finds its output up to date then
+    never imports SymPy or torch (``native_problems`` checks that for the specs it generates).
     """
     if not shown.isprintable():
         # The path is written into every generated file's header: it must encode as UTF-8 (a name
@@ -295,8 +297,26 @@ class _Reader:
             return None
         return node.value
 
-    def mapping(self, node: yaml.Node, what: str) -> list[tuple[yaml.Node, yaml.Node, str]]:
-        """Key nodes, value nodes and key strings of a mapping; duplicate keys are problems."""
+    def key(self, node: yaml.Node, what: str, valid) -> str | None:
+        """A mapping's key as text. A plain word YAML reads as something else (on, no, null, 1) is
+        refused with a hint to quote it when its text would be a valid key (``valid``); otherwise
+        its text is returned, for the caller to judge as text ('unknown key', 'not an identifier')."""
+        if not isinstance(node, yaml.ScalarNode) or _bad_tag(node):
+            self.scalar(node, f"a key in {what}")  # reports the list, mapping or tag
+            return None
+        if node.tag == _STR_TAG:
+            return node.value
+        if not node.value:
+            self.fail(node, f"{what}: a key is missing before a ':'; write a name")
+        elif valid(node.value):
+            self.fail(node, f"{what}: key {_shown(node)} is read by YAML as {_yaml_kind(node)}; put it in quotes")
+        else:
+            return node.value
+        return None
+
+    def mapping(self, node: yaml.Node, what: str, valid=_IDENT_RE.match) -> list[tuple[yaml.Node, yaml.Node, str]]:
+        """Key nodes, value nodes and key strings of a mapping; duplicate keys are problems.
+        ``valid(text)`` says whether a key YAML reads as other than text would be right quoted."""
         if not self.tag_ok(node, what):
             return []
         if not isinstance(node, yaml.MappingNode):
@@ -305,11 +325,8 @@ class _Reader:
         seen: dict[str, int] = {}
         items = []
         for key_node, value_node in node.value:
-            key = self.scalar(key_node, f"a key in {what}")
+            key = self.key(key_node, what, valid)
             if key is None:
-                continue
-            if not isinstance(key, str):
-                self.fail(key_node, f"{what}: key {_shown(key_node)} must be a name")
                 continue
             if key in seen:
                 self.fail(key_node, f"{what}: key '{_shorten(key)}' appears twice (first on line {seen[key]}); keep one")
@@ -350,10 +367,12 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     reader = _Reader(shown)
     values: dict[str, yaml.Node] = {}
     lines: dict[str, int] = {}
-    for key_node, value_node, key in reader.mapping(root, "the spec"):
+    unknown_keys = False
+    for key_node, value_node, key in reader.mapping(root, "the spec", valid=KEYS.__contains__):
         if key not in KEYS:
             hint = did_you_mean(key, KEYS)
             reader.fail(key_node, f"unknown key '{_shorten(key)}'{hint}; the keys are: {', '.join(KEYS)}")
+            unknown_keys = True
             continue
         values[key] = value_node
         lines[key] = _line(key_node)
@@ -376,21 +395,48 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
-    if fields["expr"] is not None and inputs is not None and params_ok and (check_expr or reader.problems):
-        _check_expr(reader, lines["expr"], fields["expr"], inputs, tuple(name for name, _ in fields["params"]))
+    if check_expr or reader.problems:
+        # an unknown key may be the inputs or params misspelled: the expression's names are then unknown
+        names_known = inputs is not None and params_ok and not unknown_keys
+        if fields["expr"] is not None:
+            params = tuple(name for name, _ in fields["params"])
+            _check_expr(reader, lines["expr"], fields["expr"], inputs if names_known else None, params if names_known else None)
+        if fields["native"] is not None:
+            _check_native(reader, lines["native"], fields["native"])
     if reader.problems:
         raise SpecErrors(reader.problems)
     return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
 
 
 def _check_expr(reader: _Reader, line: int, text: str, inputs, params) -> None:
-    """Parse the expression now, so that its problems are reported with the file's others."""
+    """Parse the expression now, so that its problems are reported with the file's others. With
+    inputs or params None (missing or invalid), every other problem of the expression is still
+    reported, only not its unknown names."""
     from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
 
     try:
         parse_expr(text, inputs, params)
     except ExprError as exc:
         reader.fail(line, f"expr: {exc}")
+
+
+def native_problems(spec: Spec) -> list[Problem]:
+    """The problem of the spec's native op, if any: for a spec loaded with ``check_expr=False`` that
+    is then generated (its expression is parsed again by the generation; nothing resolves native)."""
+    reader = _Reader(spec.path)
+    if spec.native is not None:
+        _check_native(reader, spec.line_of("native"), spec.native)
+    return reader.problems
+
+
+def _check_native(reader: _Reader, line: int, name: str) -> None:
+    """Resolve the native op now, as the generated tests will, so that a typo fails the build."""
+    from .native import NativeError, resolve_native  # torch: imported only when needed
+
+    try:
+        resolve_native(name)
+    except NativeError as exc:
+        reader.fail(line, str(exc))
 
 
 def _read_name(reader: _Reader, node) -> str | None:
@@ -437,8 +483,13 @@ def _read_expr(reader: _Reader, node) -> str | None:
     return text
 
 
+def _symbol_name_ok(text: str) -> bool:
+    """Whether ``text`` is a name an input or param may take (what quoting a YAML word can fix)."""
+    return bool(_IDENT_RE.match(text)) and not keyword.iskeyword(text) and text not in _RESERVED_SYMBOLS
+
+
 def _identifier(reader: _Reader, node: yaml.Node, what: str) -> str | None:
-    value = reader.text(node, what, _IDENT_RE.match)
+    value = reader.text(node, what, _symbol_name_ok)
     if value is None:
         return None
     if not _IDENT_RE.match(value):
@@ -492,7 +543,7 @@ def _read_params(reader: _Reader, node, inputs) -> tuple[tuple[str, float], ...]
     if node is None:
         return ()
     params = []
-    items = reader.mapping(node, "params")
+    items = reader.mapping(node, "params", valid=_symbol_name_ok)
     if len(items) > MAX_PARAMS:
         reader.fail(node, f"at most {MAX_PARAMS} params are allowed, not {len(items)}")
     for key_node, value_node, key in items:
@@ -523,7 +574,7 @@ def _read_domain(reader: _Reader, node, inputs) -> tuple[tuple[str, tuple[float,
     bounds = {name: DEFAULT_DOMAIN for name in inputs or ()}
     if node is None:
         return tuple(bounds.items())
-    for key_node, value_node, key in reader.mapping(node, "domain"):
+    for key_node, value_node, key in reader.mapping(node, "domain", valid=_IDENT_RE.match if inputs is None else inputs.__contains__):
         if inputs is not None and key not in inputs:
             hint = did_you_mean(key, inputs)
             reader.fail(key_node, f"domain names '{_shorten(key)}', which is not an input{hint}; the inputs are: {', '.join(inputs)}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 from codegen import pipeline
 from codegen.errors import SpecErrors
@@ -24,6 +25,7 @@ from codegen.spec import load_spec
 REPO = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 60
 IN_PROCESS_LIMIT_S = 2.0
+TORCH = torch.__version__.split("+")[0]  # as native's messages name it
 _LINE_RE = re.compile(r"(?P<path>[^:]+):(?P<line>\d+): (?P<message>.+)\Z")
 
 
@@ -73,6 +75,25 @@ CORPUS = [
     bad("many_problems", spec("Many", expr="x^2", order="0", strategy="fast", colour="red"),
         (1, "name 'Many' must be lower snake_case"), (2, "write '**'"), (4, "order must be a whole number"),
         (5, "strategy 'fast' is not one of"), (6, "unknown key 'colour'")),
+    # a key typo does not hide the expression's own problems (only its unknown names, which need
+    # the inputs and params to be known)
+    bad("key_typo_and_unknown_function", spec("key_typo_and_unknown_function", inputs=None, expr="sinn(x)", inptus="[x]"),
+        (1, "missing required key 'inputs'"), (4, "unknown key 'inptus' (did you mean 'inputs'?)"),
+        (2, "expr: 'sinn' is not a function of the language (did you mean 'sin'?)")),
+    bad("key_typo_and_caret", spec("key_typo_and_caret", expr="k * x ^ 2", parms="{k: 2}"),
+        (5, "unknown key 'parms' (did you mean 'params'?)"), (2, "expr: '^' is not power in dbgen")),
+    bad("params_typo_and_unknown_function", spec("params_typo_and_unknown_function", expr="k * sinn(x)", parms="{k: 2}"),
+        (5, "unknown key 'parms' (did you mean 'params'?)"), (2, "expr: 'sinn' is not a function")),
+    bad("key_typo_and_unbalanced_parenthesis", spec("key_typo_and_unbalanced_parenthesis", inputs=None, expr="exp(x",
+                                                   inptus="[x]"),
+        (1, "missing required key 'inputs'"), (4, "unknown key 'inptus'"), (2, "expr: syntax error")),
+    bad("bad_inputs_and_unknown_function", spec("bad_inputs_and_unknown_function", inputs="[x, x]", expr="sinn(x)"),
+        (3, "input 'x' is listed twice"), (2, "expr: 'sinn' is not a function")),
+    bad("bad_param_and_function_as_value", spec("bad_param_and_function_as_value", expr="k * exp", params="{k: one}"),
+        (5, "param 'k' must be a number"), (2, "expr: 'exp' is a function; call it")),
+    bad("key_typo_hides_only_unknown_names", spec("key_typo_hides_only_unknown_names", inputs=None, expr="x * zz",
+                                                 inptus="[x]"),
+        (1, "missing required key 'inputs'"), (4, "unknown key 'inptus'")),
     # the file and its YAML
     bad("empty_file", "", (1, "the file is empty; a spec needs at least: name, expr, inputs, order")),
     bad("comments_only", "# a spec, one day\n", (1, "the file is empty")),
@@ -142,6 +163,8 @@ CORPUS = [
     bad("input_keyword", spec("input_keyword", inputs="[lambda]"), (3, "input 'lambda' is a Python keyword")),
     bad("input_nested_list", spec("input_nested_list", inputs="[[x]]"), (3, "input must be a single value, not a list")),
     bad("input_yaml_bool", spec("input_yaml_bool", inputs="[x, on]"), (3, "input 'on' is read by YAML as true/false")),
+    # quoting would not help: True is a Python keyword (YAML reads it as true/false as well)
+    bad("input_yaml_bool_keyword", spec("input_yaml_bool_keyword", inputs="[x, True]"), (3, "input 'True' is a Python keyword")),
     # order
     bad("order_string", spec("order_string", order='"2"'), (4, "order must be a whole number from 1 to 8, not '2' (remove")),
     bad("order_float", spec("order_float", order="2.5"), (4, "order must be a whole number from 1 to 8, not '2.5'")),
@@ -166,6 +189,16 @@ CORPUS = [
     bad("param_keyword", spec("param_keyword", params="{for: 1}"), (5, "param 'for' is a Python keyword")),
     bad("param_function_name", spec("param_function_name", params="{exp: 1}"), (5, "param 'exp' would shadow")),
     bad("param_not_identifier", spec("param_not_identifier", params="{a-b: 1}"), (5, "param 'a-b' must be an identifier")),
+    bad("param_yaml_bool_key", spec("param_yaml_bool_key", expr="x", params="{on: 1, 'off': 2}"),
+        (5, "params: key 'on' is read by YAML as true/false; put it in quotes")),
+    bad("param_yaml_bool_keys", spec("param_yaml_bool_keys") + "params:\n  yes: 1\n  no: 2\n  true: 3\n",
+        (6, "params: key 'yes' is read by YAML as true/false; put it in quotes"),
+        (7, "params: key 'no' is read by YAML as true/false"), (8, "params: key 'true' is read by YAML as true/false")),
+    bad("param_yaml_null_key", spec("param_yaml_null_key", params="{null: 1}"),
+        (5, "params: key 'null' is read by YAML as 'no value'; put it in quotes")),
+    bad("param_empty_key", spec("param_empty_key", params="{? : 1}"), (5, "params: a key is missing before a ':'")),
+    bad("param_number_key", spec("param_number_key", params="{1: 2}"), (5, "param '1' must be an identifier")),
+    bad("param_keyword_bool_key", spec("param_keyword_bool_key", params="{True: 2}"), (5, "param 'True' is a Python keyword")),
     bad("params_too_many", spec("params_too_many", params=ONE_PARAM_TOO_MANY), (5, "at most 16 params are allowed, not 17")),
     # strategy
     bad("strategy_unknown", spec("strategy_unknown", strategy="fastest"),
@@ -177,6 +210,11 @@ CORPUS = [
         (5, "domain names 'y', which is not an input; the inputs are: x")),
     bad("domain_typo", spec("domain_typo", inputs="[alpha]", expr="alpha", domain="{alpah: [0, 1]}"),
         (5, "(did you mean 'alpha'?)")),
+    bad("domain_yaml_bool_key", spec("domain_yaml_bool_key", expr="2 * on", inputs="['on']", domain="{on: [0, 1]}"),
+        (5, "domain: key 'on' is read by YAML as true/false; put it in quotes")),
+    bad("domain_yaml_bool_key_not_an_input", spec("domain_yaml_bool_key_not_an_input", domain="{on: [0, 1]}"),
+        (5, "domain names 'on', which is not an input; the inputs are: x")),
+    bad("top_level_yaml_bool_key", spec("top_level_yaml_bool_key") + "yes: 1\n", (5, "unknown key 'yes'; the keys are")),
     bad("domain_not_pair", spec("domain_not_pair", domain="{x: [0]}"), (5, "domain of 'x' must be [lo, hi]")),
     bad("domain_scalar", spec("domain_scalar", domain="{x: 1}"), (5, "domain of 'x' must be a list, e.g. [-2, 2]")),
     bad("domain_lo_equals_hi", spec("domain_lo_equals_hi", domain="{x: [1, 1]}"), (5, "must have lo < hi, not [1.0, 1.0]")),
@@ -193,6 +231,22 @@ CORPUS = [
     bad("native_call", spec("native_call", native="torch.sin()"), (5, "native 'torch.sin()' must be a dotted name")),
     bad("native_bare_torch", spec("native_bare_torch", native="torch"), (5, "native 'torch' must be a dotted name")),
     bad("native_private", spec("native_private", native="torch.__builtins__.exec"), (5, "must be a dotted name of public names")),
+    # native: resolved at build as the generated tests resolve it
+    bad("native_typo", spec("native_typo", native="torch.squre"),
+        (5, f"native: torch.squre is not defined by torch {TORCH}; did you mean torch.square?")),
+    bad("native_module_typo", spec("native_module_typo", native="torch.nn.functinal.mish"),
+        (5, (f"native: torch.nn.functinal.mish is not defined by torch {TORCH} (torch.nn has no 'functinal'); "
+             "did you mean torch.nn.functional.mish?"))),
+    bad("native_unknown", spec("native_unknown", native="torch.no_such_op"),
+        (5, f"native: torch.no_such_op is not defined by torch {TORCH}; name a function torch defines, e.g. torch.exp")),
+    bad("native_outside_torch", spec("native_outside_torch", native="torch.os.system"),
+        (5, "native: torch.os.system is not a torch function; name one torch defines")),
+    bad("native_class", spec("native_class", native="torch.nn.Mish"),
+        (5, "native: torch.nn.Mish is a class, not a function; name the function form, e.g. torch.nn.functional.mish")),
+    bad("native_not_callable", spec("native_not_callable", native="torch.float32"),
+        (5, "native: torch.float32 is not a function (it is a dtype)")),
+    bad("native_typo_with_other_problems", spec("native_typo_with_other_problems", order="0", native="torch.sinhh"),
+        (4, "order must be a whole number"), (5, "did you mean torch.sinh?")),
     bad("fuse_string", spec("fuse_string", fuse='"true"'), (5, "fuse must be true or false (unquoted), not 'true'")),
     bad("fuse_number", spec("fuse_number", fuse="1"), (5, "fuse must be true or false")),
     bad("name_tests_folder", spec("name_tests_folder", name="tests"), (1, "generated tests folder")),
@@ -203,6 +257,13 @@ CORPUS = [
     expr("expr_caret_syntax", "x^^2", "syntax error"),
     expr("expr_unknown_function", "sinn(x)", "'sinn' is not a function of the language (did you mean 'sin'?)"),
     expr("expr_undefined_name", "x + z", "undefined name 'z'; the inputs are: x (add it to inputs or params)"),
+    expr("expr_min", "min(x, 1)", ("expr: 'min' is not in the language yet (piecewise functions come in a later "
+                                    "version); for min(a, b) write (a + b - abs(a - b))/2")),
+    bad("expr_max_of_params", spec("expr_max_of_params", expr="x * max(a, b)", params="{a: 1, b: 2}"),
+        (2, "expr: 'max' is not in the language yet (piecewise functions come in a later version); for max(a, b) write")),
+    expr("expr_relu", "relu(x)", "expr: 'relu' is not in the language yet (piecewise functions come in a later version)"),
+    expr("expr_lgamma", "lgamma(x)", "expr: 'lgamma' is not in the language yet (special functions come in a later version)"),
+    expr("expr_numpy_name", "arctan(x)", "expr: 'arctan' is not in the language; write atan(x)"),
     expr("expr_atan2_one_argument", "atan2(x)", "atan2() takes 2 arguments, got 1"),
     expr("expr_exp_two_arguments", "exp(x, y)", "exp() takes 1 argument, got 2", inputs="[x, y]"),
     expr("expr_keyword_argument", "exp(x=1)", "exp() takes plain positional arguments only"),
@@ -418,6 +479,39 @@ def test_invalid_inputs_do_not_cascade_into_domain_params_or_expr(tmp_path):
     with pytest.raises(SpecErrors) as raised:
         load_spec(path, "cascade.yaml")
     assert [str(p) for p in raised.value.problems] == ["cascade.yaml:3: input 'x' is listed twice"]
+
+
+def test_a_native_typo_is_found_when_a_rebuild_regenerates_the_spec(tmp_path):
+    """A rebuild loads specs without the expensive checks (no SymPy, no torch when up to date): a spec
+    it generates again must still have its native op resolved."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "good.yaml").write_text(spec("good", native="torch.sinh", expr="sinh(x)"))
+    (folder / "typo.yaml").write_text(spec("typo", native="torch.sinhh", expr="sinh(x)"))
+    with pytest.raises(SpecErrors) as raised:
+        pipeline.generate(folder, root=tmp_path, reuse_from=tmp_path / "out")
+    assert [str(p) for p in raised.value.problems] == [
+        f"specs/typo.yaml:5: native: torch.sinhh is not defined by torch {TORCH}; did you mean torch.sinh?"
+    ]
+
+
+def test_an_up_to_date_rebuild_imports_neither_sympy_nor_torch(tmp_path):
+    """Resolving native imports torch (a second): a rebuild that finds everything up to date needs neither
+    it nor SymPy. The control run, a first build, does import torch, so the check can fail."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "f.yaml").write_text(spec("f", native="torch.sinh", expr="sinh(x)"))
+    code = (
+        "import sys\nfrom codegen.cli import run\nsys.argv = ['dbgen', 'build', 'specs', '-o', 'out']\n"
+        "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'sympy', 'torch'}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=CLI_TIMEOUT_S, check=False) for _ in range(2)]
+    assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr
+    assert "torch" in runs[0].stdout.splitlines()[-1]
+    assert runs[1].stdout.splitlines()[-1] == "[]" and "(0 file(s) written)" in runs[1].stdout
 
 
 def test_a_bad_key_line_is_the_line_of_the_value_in_a_block_mapping(tmp_path):

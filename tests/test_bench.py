@@ -163,7 +163,7 @@ def test_an_unknown_native_op_exits_2(tmp_path):
     (tmp_path / "f.yaml").write_text("name: f\nexpr: exp(x)\ninputs: [x]\norder: 1\nnative: torch.no_such_op\n")
     result = CliRunner().invoke(app, ["bench", str(tmp_path), "--report", str(tmp_path / "r.md")])
     assert result.exit_code == 2
-    assert "torch.no_such_op is not in torch" in result.output
+    assert "f.yaml:5: native: torch.no_such_op is not defined by torch" in result.output
 
 
 # ------------------------------------------------------------------ the command, small

@@ -17,7 +17,9 @@ import sympy.parsing.sympy_parser
 from sympy.codegen.cfunctions import expm1, log1p
 
 from codegen import expr as expr_module
+from codegen.errors import close_match, edit_distance
 from codegen.expr import ExprError, parse_expr, sigmoid, softplus
+from codegen.language import NOT_YET
 
 LIMIT_S = 2.0
 x, y, a = (sympy.Symbol(name, real=True) for name in ("x", "y", "a"))
@@ -170,6 +172,108 @@ def test_a_long_flat_sum_is_not_too_deep():
 ])
 def test_refusal_message_says_what_to_do(text, fragment):
     assert fragment in refused(text)
+
+
+# Did-you-mean: a suggestion only for what is a typo (codegen.errors.close_match states the rule)
+
+LANGUAGE_NAMES = [*CONTRACT_FUNCTIONS, "pi", "E"]
+
+
+@pytest.mark.parametrize("word, choices, expected", [
+    ("sinn", CONTRACT_FUNCTIONS, "sin"),  # a letter added
+    ("tanhh", CONTRACT_FUNCTIONS, "tanh"),
+    ("sigmod", CONTRACT_FUNCTIONS, "sigmoid"),  # a letter dropped
+    ("softpuls", CONTRACT_FUNCTIONS, "softplus"),  # two neighbours swapped
+    ("Sin", CONTRACT_FUNCTIONS, "sin"),  # case
+    ("xx", ["x", "y", "a"], "x"),
+    ("min", CONTRACT_FUNCTIONS, None),  # one letter from sin, but short and a different first letter
+    ("max", CONTRACT_FUNCTIONS, None),
+    ("cot", CONTRACT_FUNCTIONS, "cos"),  # short, same first letter, one edit: a typo
+    ("z", ["x", "y", "a"], None),
+    ("relu", CONTRACT_FUNCTIONS, None),
+    ("erfinv", CONTRACT_FUNCTIONS, None),  # three edits from erfc: more than one per three letters
+    ("exponential", CONTRACT_FUNCTIONS, None),
+    ("exponentail", ["exponential"], "exponential"),  # long words allow an edit per three letters
+])
+def test_close_match_suggests_typos_only(word, choices, expected):
+    assert close_match(word, choices) == expected
+
+
+@pytest.mark.parametrize("text", ["min(x, 1)", "max(x, y)", "max(a, x)", "Min(x, 1)", "MAX(x, y)"])
+def test_min_and_max_suggest_no_function(text):
+    assert "did you mean" not in refused(text)
+
+
+@pytest.mark.parametrize("a, b, distance", [
+    ("", "", 0), ("abc", "abc", 0), ("abc", "", 3), ("kitten", "sitting", 3), ("ca", "ac", 1), ("abcd", "acbd", 1),
+    ("sinn", "sin", 1), ("min", "sin", 1), ("tahn", "tanh", 1),
+])
+def test_edit_distance(a, b, distance):
+    assert edit_distance(a, b) == edit_distance(b, a) == distance
+
+
+def test_close_match_on_a_huge_word_is_quick():
+    start = time.perf_counter()
+    assert close_match("x" * 60_000, [*CONTRACT_FUNCTIONS, "x" * 59_999]) is None
+    assert close_match("x" * 100, ["x" * 99, *CONTRACT_FUNCTIONS * 50]) == "x" * 99
+    assert time.perf_counter() - start < LIMIT_S
+
+
+@pytest.mark.parametrize("name", sorted(NOT_YET))
+def test_a_name_not_in_the_language_yet_says_so_and_suggests_nothing(name):
+    message = refused(f"{name}(x)")
+    assert message.startswith(f"'{name}' is {NOT_YET[name]}") and "did you mean" not in message
+    assert name not in expr_module.FUNCTIONS
+
+
+@pytest.mark.parametrize("text, fragment, reference", [
+    ("min(x, 1)", "for min(a, b) write (a + b - abs(a - b))/2", min),
+    ("max(x, y)", "for max(a, b) write (a + b + abs(a - b))/2", max),
+    ("relu(x)", "for relu(x) write (x + abs(x))/2", lambda u: max(u, 0.0)),
+    ("gelu(x)", "write x*(1 + erf(x/sqrt(2)))/2", lambda u: u * (1 + math.erf(u / math.sqrt(2))) / 2),
+    ("logit(x)", "write log(x) - log1p(-x)", lambda u: math.log(u / (1 - u))),
+    ("logsigmoid(x)", "write -softplus(-x)", lambda u: -math.log1p(math.exp(-u))),
+    ("ndtr(x)", "write (1 + erf(x/sqrt(2)))/2", lambda u: (1 + math.erf(u / math.sqrt(2))) / 2),
+])
+def test_the_formula_a_hint_gives_is_the_function(text, fragment, reference):
+    """The formulas the messages give are exact: checked against the function at points."""
+    assert fragment in refused(text)
+    two = text.startswith(("min", "max"))
+    names = ("a", "b") if two else ("x",)
+    formula = parse_expr(fragment.split("write ", 1)[1], names, ())
+    for point in [(0.3, 0.7), (0.9, 0.2), (0.5, 0.5), (0.01, 0.99)]:
+        args = point if two else point[:1]
+        value = formula.subs({sympy.Symbol(n, real=True): v for n, v in zip(names, args)})
+        assert float(value.evalf()) == pytest.approx(reference(*args), rel=1e-12, abs=1e-15)
+
+
+def test_a_param_with_a_not_yet_name_is_a_param():
+    assert parse("gamma * x", params=("gamma",)) == sympy.Symbol("gamma", real=True) * x
+    assert "'gamma' is an input or param, not a function" in refused("gamma(x)", params=("gamma",))
+
+
+# Names unknown (the spec's inputs or params missing or invalid): every name is taken for a symbol,
+# so that the rest of the expression is still checked
+
+def test_with_names_unknown_any_name_parses():
+    result = parse_expr("zz * sin(x) + k", None, None)
+    assert {s.name for s in result.free_symbols} == {"zz", "x", "k"} and all(s.is_real for s in result.free_symbols)
+    assert parse_expr("a * x", ("x",), None) == parse_expr("a * x", ("x",), ("a",))
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("sinn(x)", "'sinn' is not a function of the language (did you mean 'sin'?)"),
+    ("x ^ 2", "write '**'"),
+    ("exp(x", "syntax error"),
+    ("exp + x", "'exp' is a function; call it"),
+    ("min(x, k)", "'min' is not in the language yet"),
+    ("k(x)", "'k' is not a function of the language"),
+    ("log(0) * zz", "undefined or infinite as written"),
+])
+def test_with_names_unknown_the_other_problems_are_still_found(text, fragment):
+    with pytest.raises(ExprError) as raised:
+        parse_expr(text, None, None)
+    assert fragment in str(raised.value)
 
 
 def test_python_syntax_warnings_do_not_leak_to_the_user():
