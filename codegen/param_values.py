@@ -58,16 +58,24 @@ def other_param_values(expr: sympy.Expr, params, inputs, domain) -> dict[str, fl
     baseline = checks(defaults)
     for rule in _RULES:
         values = {name: _avoid_units(rule(value, i), value) for i, (name, value) in enumerate(params)}
-        if _no_worse(checks(values), baseline):
+        if None not in values.values() and _no_worse(checks(values), baseline):
             return values
     return None
 
 
-def _avoid_units(value: float, default: float) -> float:
-    """0, 1 and -1 hide a wrong power or factor just as a default of 1.0 does."""
-    while value in (0.0, 1.0, -1.0) or value == default:
-        value = value + math.copysign(1.0, value) if value == int(value) else value * 1.25
-    return float(value)
+def _avoid_units(value: float, default: float) -> float | None:
+    """0, 1 and -1 hide a wrong power or factor just as a default of 1.0 does: moved on (a few
+    times); None where that cannot help (the value overflows)."""
+    for _ in range(3):
+        if not math.isfinite(value):
+            return None
+        if value not in (0.0, 1.0, -1.0) and value != default:
+            return float(value)
+        if value == int(value):
+            value = value + math.copysign(1.0, value)
+        else:  # a subnormal default rounds back to itself when scaled by 1.25
+            value = value * 1.25 if value * 1.25 != value else value * 2
+    return None
 
 
 def _no_worse(finite: list[bool], baseline: list[bool]) -> bool:

@@ -38,6 +38,8 @@ CASES = {
     # exp(375.625 * 2) overflows a float64: the value shrinks instead
     "overflow": ("exp(beta * x)", {"beta": 300.5}, {"x": DEFAULT}, {"beta": 300.5 / 1.25}),
     # -0.8 * 1.25 = -1 hides a wrong power as 1 does: moved on; 0 -> small and positive
+    # 5e-324 * 1.25 rounds back to 5e-324: doubled instead
+    "subnormal": ("a * x", {"a": 5e-324}, {"x": DEFAULT}, {"a": 1e-323}),
     "zero_and_minus_one": ("a + b * x", {"b": -0.8, "a": 0.0}, {"x": DEFAULT}, {"b": -2.0, "a": 0.5}),
 }
 
