@@ -13,6 +13,7 @@ from pathlib import Path
 import jinja2
 import sympy
 
+from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result
 from .printer import TorchPrinter
 from .spec import DEFAULT_DOMAIN
@@ -136,6 +137,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         # keep every input in the graph, so the reference has the broadcast shape and dtype
         value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
     shapes = _test_shapes(len(spec.inputs))
+    other_params = other_param_values(plan.expr, spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
@@ -143,9 +145,12 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         composed=value,
         signature=_signature(spec),
         params={name: repr(v) for name, v in spec.params},
+        other_params={name: repr(v) for name, v in other_params.items()} if other_params else None,
         domain={name: (repr(lo), repr(hi)) for name, (lo, hi) in spec.domain},
         shapes={name: repr(shape) for name, shape in zip(spec.inputs, shapes)},
-        stability_points={name: repr(_stability_points(bounds)) for name, bounds in spec.domain},
+        stability_points={
+            name: repr(_stability_points(bounds, explicit=name in spec.explicit_domain)) for name, bounds in spec.domain
+        },
         strategy=plan.strategy,
     ))
 
@@ -156,10 +161,14 @@ def render_init(names: list[str], specs_path: str, digest: str) -> str:
     )
 
 
-def _stability_points(bounds: tuple[float, float]) -> tuple[float, ...]:
-    """The domain's ends; where the spec sets no domain (the default), also +-20, +-40, +-100."""
+def _stability_points(bounds: tuple[float, float], explicit: bool) -> tuple[float, ...]:
+    """The domain's ends; where the spec sets no domain for the input, also +-20, +-40, +-100.
+
+    An explicit domain is where the user says the function is used, even when it equals the
+    default: probing outside it can demand what the function cannot give there.
+    """
     lo, hi = bounds
-    if bounds != DEFAULT_DOMAIN:
+    if explicit or bounds != DEFAULT_DOMAIN:
         return (lo, hi)
     return (-100.0, -40.0, -20.0, lo, hi, 20.0, 40.0, 100.0)
 

@@ -76,6 +76,9 @@ class Spec:
     doc: str = ""
     native: str | None = None
     fuse: bool = False
+    # the inputs whose domain the spec sets (the others have DEFAULT_DOMAIN): the generated tests
+    # probe far outside the domain only for the others, so an explicit [-2, 2] is respected
+    explicit_domain: tuple[str, ...] = ()
     lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def line_of(self, key: str) -> int:
@@ -101,6 +104,7 @@ class Spec:
             "doc": self.doc,
             "native": self.native,
             "fuse": self.fuse,
+            "explicit_domain": list(self.explicit_domain),
         }
 
     def digest(self, version: str, rewrite: bool = True) -> str:
@@ -392,6 +396,7 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     params_ok = len(reader.problems) == before
     fields["strategy"] = _read_choice(reader, values.get("strategy"), "strategy", STRATEGIES, "auto")
     fields["domain"] = _read_domain(reader, values.get("domain"), inputs)
+    fields["explicit_domain"] = _explicit_domain(values.get("domain"), inputs)
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
@@ -592,6 +597,14 @@ def _read_domain(reader: _Reader, node, inputs) -> tuple[tuple[str, tuple[float,
             continue
         bounds[key] = (lo, hi)
     return tuple(bounds.items())
+
+
+def _explicit_domain(node, inputs) -> tuple[str, ...]:
+    """The inputs the spec's domain mapping names, in input order (its problems are _read_domain's)."""
+    if not isinstance(node, yaml.MappingNode) or inputs is None:
+        return ()
+    named = {key.value for key, _ in node.value if isinstance(key, yaml.ScalarNode)}
+    return tuple(name for name in inputs if name in named)
 
 
 def _read_doc(reader: _Reader, node) -> str:

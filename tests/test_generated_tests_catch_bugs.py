@@ -28,6 +28,12 @@ MUTATIONS = {
     # the tutorial's warning: forget the gradient arriving on an intermediate output
     "sinh": (r"\n        if grad_exp_x is not None:\n            grad_x = _accumulate\(grad_x, exp_x \* grad_exp_x\)", "",
              ["test_gradgradcheck", "test_derivatives_match_composed[2]"]),
+    # a wrong power of a param: invisible at the default beta = 1.0, seen at the other values
+    "softplus": (r"grad_x = grad_out \* torch\.sigmoid\(beta \* x\)", "grad_x = grad_out * torch.sigmoid(beta**2 * x)",
+                 ["test_gradcheck[other_params]", "test_derivatives_match_composed[other_params-1]"]),
+    # one param for another: invisible while both are 1.0, and while both other values are equal
+    "lennard_jones": (r"\(24 \* epsilon \* sigma_pow6\)", "(24 * sigma * sigma_pow6)",
+                      ["test_derivatives_match_composed[other_params-1]"]),
 }
 
 

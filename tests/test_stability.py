@@ -1,15 +1,40 @@
 """Float32 stability far from the origin, on specs unlike the examples, under every strategy.
 
-Each spec is built and its generated float32 test is run: every derivative order up to
-min(order, 3) finite wherever the float64 composed expression is finite (and within float32's
-range), and within 1e-4 relative (1e-6 absolute) of it, at +-20, +-40, +-100 and the domain ends.
+Each spec is built, its generated float32 test is run (no less accurate than plain torch in
+float32), and the stricter promise of the stable rewrites is checked with the generated test's own
+helpers: every derivative order up to min(order, 3) finite wherever the float64 composed expression
+is finite (and within float32's range), and within 1e-4 relative (1e-6 absolute) of it, at +-20,
++-40, +-100 and the domain ends -- where plain torch in float32 overflows or cancels.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from helpers import import_path
+
+
+def strictly_finite_and_close(tests, name: str, params) -> None:
+    """Asserts the rewrites' promise on a generated test module: its float32 derivatives are finite
+    and within 1e-4 of float64 wherever float64 is finite, whatever plain torch manages there."""
+    columns = tests.stability_points()
+    order = min(tests.ORDER, 3)
+    ours = tests.elementwise_derivatives(getattr(tests.generated, name), [c.clone().requires_grad_() for c in columns], order, params)
+    truth = tests.elementwise_derivatives(tests.composed, [c.double().requires_grad_() for c in columns], order, params)
+    for level, (got_level, want_level) in enumerate(zip(ours, truth)):
+        for index, (got, want) in enumerate(zip(got_level, want_level)):
+            got, want = got.detach().double(), want.detach()
+            where = torch.isfinite(want) & (want.abs() <= torch.finfo(torch.float32).max)
+            bound = 1e-4 * want.abs() + 1e-6 * want.abs().clamp(min=1)
+            bad = where & ~((got - want).abs() <= bound)
+            points = [c[bad].tolist() for c in columns]
+            assert not bad.any(), f"order {level}, derivative {index}: at {points} got {got[bad]}, want {want[bad]}"
+
+
+def param_sets(tests) -> list[dict]:
+    return [tests.PARAMS, *([tests.OTHER_PARAMS] if hasattr(tests, "OTHER_PARAMS") else [])]
+
 
 STRATEGIES = ["auto", "save_inputs", "save_outputs", "intermediates", "nested"]
 SPECS = {
@@ -33,7 +58,9 @@ def test_float32_derivatives_are_finite_and_close_far_from_the_origin(tmp_path, 
 
     build_spec(tmp_path, **dict(SPECS[name], name=name, order=2, strategy=strategy))
     tests = import_path(tmp_path / "out" / "tests" / f"test_{name}.py")
-    tests.test_float32_is_finite_and_close_where_float64_is()
+    for params in param_sets(tests):
+        tests.test_float32_is_finite_and_close_where_float64_is(params)
+        strictly_finite_and_close(tests, name, params)
 
 
 @pytest.mark.parametrize("name", ["logistic_loss", "log_add_exp", "softplus_written_out", "log_cosh", "tanh_ratio"])
@@ -48,4 +75,4 @@ def test_without_the_rewrites_the_same_check_fails(tmp_path, name):
     write.write_files(tmp_path / "out", pipeline.generate(specs, root=tmp_path, rewrite=False))
     tests = import_path(tmp_path / "out" / "tests" / f"test_{name}.py")
     with pytest.raises(AssertionError):
-        tests.test_float32_is_finite_and_close_where_float64_is()
+        strictly_finite_and_close(tests, name, tests.PARAMS)
