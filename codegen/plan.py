@@ -423,17 +423,18 @@ def _nested_chain(expr, inputs, order, namer: Namer, stable) -> list[_Link]:
     derives its formulas from what this level prints (sigmoid(w), whose derivatives are sigmoids),
     not from the unstable shapes SymPy's derivative of the raw formula has (exp(-1/(1 - x)) over a
     sum of exponentials, whose next derivative leaves exp(2/(1 - x)) times a vanishing factor).
+    They are kept in ``for_differentiation`` form (smooth, as autograd differentiates the printed
+    jvp and last backward) and stabilised again where printed (``_passed_values``, ``_forward_mode``).
     """
     names = tuple(str(x) for x in inputs)
-    results = (_output(namer.fresh("out"), stable(expr), inputs),)
+    results = (_output(namer.fresh("out"), for_differentiation(stable(expr)), inputs),)
     chain = []
     for level in range(order):
         cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
         local = Namer(namer.taken)
-        formulas = [for_differentiation(r.expr) for r in results]
-        products = symbolic.vjp(formulas, _symbols(cotangents), _symbols(names))
+        products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
         limits.check(level + 1, products)  # stops a spec whose derivatives blow up
-        products = [stable(p) for p in products]
+        products = [for_differentiation(stable(p)) for p in products]
         gradients = tuple(Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products))
         chain.append(_Link(names, results, cotangents, gradients, local))
         names = (*cotangents, *names)

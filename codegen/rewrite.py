@@ -303,15 +303,28 @@ def _square_pair(mul):
     return None
 
 
+def _is_log_cosh_tail(e) -> bool:
+    """softplus(-2*|u|), which ``log_cosh_opt`` writes next to |u| - log(2)."""
+    return (isinstance(e, softplus) and e.args[0].is_Mul and len(e.args[0].args) == 2
+            and e.args[0].args[0] == -2 and isinstance(e.args[0].args[1], sympy.Abs))
+
+
 def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
-    """A stabilised formula with (1 - u)*(1 + u) multiplied back into 1 - u**2, for the next nested
-    level to differentiate: that rewrite is for accuracy only (``stabilize`` applies it again to
-    the derivative), and the product rule on the two factors would print twice the terms."""
+    """A stabilised formula as the next nested level differentiates it, with two rewrites undone.
+
+    (1 - u)*(1 + u) is multiplied back into 1 - u**2: that rewrite is for accuracy only
+    (``stabilize`` applies it again to the derivative), and the product rule on the two factors
+    would print twice the terms. |u| + softplus(-2*|u|) - log(2) is log(cosh(u)) again: its parts
+    have kinks at u = 0 whose derivatives (sign(u), then 0 almost everywhere) lose the smooth
+    whole's second derivative there.
+    """
     def multiplied(mul):
         first, second, product = _square_pair(mul)
         return mul / (first * second) * product
 
-    return expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
+    expr = expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
+    return expr.replace(_is_log_cosh_tail, lambda e: sympy.log(sympy.cosh(e.args[0].args[1].args[0]))
+                        - e.args[0].args[1] + sympy.log(2))
 
 
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
