@@ -1,0 +1,197 @@
+"""The build-time domain check: the function and its derivatives must be finite on the domain.
+
+A spec whose domain holds points where the function is undefined (log(x) on [-1, 1], sqrt(x) on
+the default [-2, 2]) or where a derivative is infinite (sqrt(x) at 0) would build, and its
+generated tests would then fail with NaN and no word about the domain. So the build evaluates the
+formula and every partial derivative up to the spec's order, in float64 at the params' defaults,
+on a grid over the domain box (each input's ends and evenly spaced points between, so corners and
+the middle, 0 of a symmetric domain, are on it), and refuses a spec with a point where one is not
+finite: it names the smallest part of the expression that fails there, the inputs' sub-range
+where it fails, and a domain where it does not, when one is found.
+
+The grid is evaluated vectorised in NumPy (IEEE semantics, as torch: 1/0 is inf, log(-1) NaN);
+no torch is imported. It is a grid, not a proof: a singular point between grid points is not found.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+import sympy
+
+from . import symbolic
+from .errors import SpecErrors
+from .expr import sigmoid, softplus
+from .spec import DEFAULT_DOMAIN, Spec
+
+MAX_POINTS = 8000  # grid points in all; per input the largest 2**k + 1 that keeps within it
+MAX_POINTS_PER_INPUT = 257
+MAX_PARTIALS = 200  # partial derivatives checked, lowest orders first (order 3 in 8 inputs: 164)
+
+
+def _sigmoid(u):
+    return numpy.exp(-numpy.logaddexp(0.0, -u))
+
+
+def _softplus(u):
+    return numpy.logaddexp(0.0, u)
+
+
+_NUMPY_FUNCTIONS = {
+    "sigmoid": _sigmoid, "softplus": _softplus,
+    "erf": numpy.vectorize(math.erf, otypes=[float]), "erfc": numpy.vectorize(math.erfc, otypes=[float]),
+}
+
+
+def check(spec: Spec, expr: sympy.Expr) -> None:
+    """Raise SpecErrors (one problem, on the ``domain`` line, else ``expr``) when the function or a
+    derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
+    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+    formulas = _formulas(_at_defaults(expr, spec), inputs, spec.order)
+    bounds = dict(spec.domain)
+    points = _grid([bounds[name] for name in spec.inputs])
+    failing = _failing(formulas, inputs, points)
+    if not failing.any():
+        return
+    key = "domain" if "domain" in dict(spec.lines) else "expr"
+    raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
+
+
+def _at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
+    values = dict(spec.params)
+    return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
+
+
+def _formulas(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
+    """(order, formula): the function and its partial derivatives, lowest orders first."""
+    partials, _ = symbolic.partial_derivatives(expr, tuple(inputs), order, limit=MAX_PARTIALS)
+    return [(0, expr)] + [(len(index), derivative) for index, derivative in partials]
+
+
+def _per_input(count: int) -> int:
+    n = MAX_POINTS_PER_INPUT
+    while n > 3 and n**count > MAX_POINTS:
+        n = (n - 1) // 2 + 1
+    return n
+
+
+def _grid(bounds: list[tuple[float, float]]) -> numpy.ndarray:
+    """Points (one row each) covering the box: every combination of each input's grid values."""
+    n = _per_input(len(bounds))
+    axes = [numpy.linspace(lo, hi, n) for lo, hi in bounds]
+    mesh = numpy.meshgrid(*axes, indexing="ij")
+    return numpy.stack([m.ravel() for m in mesh], axis=1)
+
+
+def _values(formulas: list[sympy.Expr], inputs, points: numpy.ndarray) -> list[numpy.ndarray]:
+    """Each formula's value at each point (NaN where it has no real value), vectorised."""
+    function = sympy.lambdify(inputs, formulas, modules=[_NUMPY_FUNCTIONS, "numpy"], cse=True)
+    with numpy.errstate(all="ignore"):
+        values = function(*(points[:, i] for i in range(points.shape[1])))
+    return [numpy.broadcast_to(numpy.asarray(v, dtype=complex), points.shape[:1]) for v in values]
+
+
+def _not_finite(values: list[numpy.ndarray]) -> list[numpy.ndarray]:
+    return [~numpy.isfinite(v) | (v.imag != 0) for v in values]
+
+
+def _failing(formulas, inputs, points) -> numpy.ndarray:
+    bad = _not_finite(_values([f for _, f in formulas], inputs, points))
+    return numpy.logical_or.reduce(bad) if bad else numpy.zeros(len(points), dtype=bool)
+
+
+def _message(spec, expr, inputs, formulas, points, failing) -> str:
+    where = points[failing]
+    bad = _not_finite(_values([f for _, f in formulas], inputs, where))
+    order = min(k for (k, _), b in zip(formulas, bad) if b.any())
+    culprit = _culprit(expr, spec, inputs, order, where)
+    lo, hi = DEFAULT_DOMAIN
+    defaulted = "" if "domain" in dict(spec.lines) else f" (no domain is set: the default is [{lo:g}, {hi:g}])"
+    text = f"domain: {culprit} is not finite {_where(spec, where)}{defaulted}"
+    suggestion = _suggestion(spec, inputs, formulas, points, failing)
+    if suggestion:
+        return f"{text}; set domain: {suggestion}"
+    return f"{text}; set a domain where it and its derivatives up to order {spec.order} are finite"
+
+
+_ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+def _culprit(expr, spec: Spec, inputs, order: int, where: numpy.ndarray) -> str:
+    """The smallest part of ``expr`` (named with its params) not finite at some of ``where``, or
+    whose derivatives up to ``order`` are not there."""
+    parts = sorted({node for node in sympy.preorder_traversal(expr) if node.free_symbols & set(inputs)},
+                   key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
+    for part in parts:
+        value = _at_defaults(part, spec)
+        if any(b.any() for b in _not_finite(_values([value], inputs, where))):
+            return sympy.sstr(part)
+        derivatives = _formulas(value, inputs, order)[1:]
+        for k in range(1, order + 1):
+            partials = [d for degree, d in derivatives if degree == k]
+            if partials and any(b.any() for b in _not_finite(_values(partials, inputs, where))):
+                return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {sympy.sstr(part)}"
+    return sympy.sstr(expr)
+
+
+def _where(spec: Spec, where: numpy.ndarray) -> str:
+    """The failing points' sub-range of each input narrower than its domain (all when none is)."""
+    bounds = dict(spec.domain)
+    ranges = [(name, float(where[:, i].min()), float(where[:, i].max())) for i, name in enumerate(spec.inputs)]
+    narrower = [r for r in ranges if (r[1], r[2]) != tuple(map(float, bounds[r[0]]))] or ranges
+    parts = [f"{name} = {_number(lo)}" if lo == hi else f"{name} in [{_number(lo)}, {_number(hi)}]"
+             for name, lo, hi in narrower]
+    return ("at " if all(lo == hi for _, lo, hi in narrower) else "for ") + ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
+    """A domain where the check passes: one input narrowed to its longest run of grid values that no
+    failing point has, rounded inward to round numbers; the one that keeps most of its range."""
+    bounds = dict(spec.domain)
+    candidates = []
+    for i, name in enumerate(spec.inputs):
+        axis = numpy.unique(points[:, i])
+        bad_values = set(points[failing, i].tolist())
+        run = _longest_run([v not in bad_values for v in axis.tolist()])
+        if run is None:
+            continue
+        width = bounds[name][1] - bounds[name][0]
+        lo, hi = _rounded_inward(axis[run[0]], axis[run[1]], width)
+        if lo < hi:
+            candidates.append(((hi - lo) / width, name, (lo, hi)))
+    for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
+        proposal = {**bounds, name: narrowed}
+        box = _grid([proposal[n] for n in spec.inputs])
+        if not _failing(formulas, inputs, box).any():
+            inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
+            return "{" + inner + "}"
+    return None
+
+
+def _longest_run(ok: list[bool]) -> tuple[int, int] | None:
+    best, start = None, None
+    for index, good in enumerate([*ok, False]):
+        if good and start is None:
+            start = index
+        elif not good and start is not None:
+            if best is None or index - 1 - start > best[1] - best[0]:
+                best = (start, index - 1)
+            start = None
+    return best
+
+
+def _rounded_inward(lo: float, hi: float, width: float) -> tuple[float, float]:
+    """[lo, hi] shrunk to multiples of a twentieth of the domain's width, rounded to its power of
+    ten ([0.0078, 2] in [-2, 2] -> [0.1, 2]); finer steps where that leaves nothing."""
+    step = 10.0 ** math.floor(math.log10(width)) / 10
+    while step > (hi - lo) * 1e-6:
+        rounded = round(math.ceil(lo / step - 1e-9) * step, 12), round(math.floor(hi / step + 1e-9) * step, 12)
+        if rounded[0] < rounded[1]:
+            return rounded
+        step /= 10
+    return lo, hi
