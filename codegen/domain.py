@@ -108,7 +108,7 @@ def _message(spec, expr, inputs, formulas, points, failing) -> str:
     culprit = _culprit(expr, spec, inputs, order, where)
     lo, hi = DEFAULT_DOMAIN
     defaulted = "" if "domain" in dict(spec.lines) else f" (no domain is set: the default is [{lo:g}, {hi:g}])"
-    text = f"domain: {culprit} is not finite {_where(spec, where)}{defaulted}"
+    text = f"domain: {culprit} is not finite {_where(spec, where, points)}{defaulted}"
     suggestion = _suggestion(spec, inputs, formulas, points, failing)
     if suggestion:
         return f"{text}; set domain: {suggestion}"
@@ -135,14 +135,22 @@ def _culprit(expr, spec: Spec, inputs, order: int, where: numpy.ndarray) -> str:
     return sympy.sstr(expr)
 
 
-def _where(spec: Spec, where: numpy.ndarray) -> str:
-    """The failing points' sub-range of each input narrower than its domain (all when none is)."""
-    bounds = dict(spec.domain)
-    ranges = [(name, float(where[:, i].min()), float(where[:, i].max())) for i, name in enumerate(spec.inputs)]
-    narrower = [r for r in ranges if (r[1], r[2]) != tuple(map(float, bounds[r[0]]))] or ranges
-    parts = [f"{name} = {_number(lo)}" if lo == hi else f"{name} in [{_number(lo)}, {_number(hi)}]"
-             for name, lo, hi in narrower]
-    return ("at " if all(lo == hi for _, lo, hi in narrower) else "for ") + ", ".join(parts)
+def _where(spec: Spec, where: numpy.ndarray, points: numpy.ndarray) -> str:
+    """The failing points' values of each input, as runs of grid values (asin(x) on [-2, 2]: x in
+    [-2, -1] and [1, 2]); only the inputs whose failing values are not their whole grid, unless none is."""
+    described = []
+    for i, name in enumerate(spec.inputs):
+        axis = numpy.unique(points[:, i]).tolist()
+        failing = set(where[:, i].tolist())
+        runs = _runs([value in failing for value in axis])
+        spans = [(axis[start], axis[end]) for start, end in runs]
+        described.append((spans != [(axis[0], axis[-1])], name, spans))
+    chosen = [d for d in described if d[0]] or described
+    if all(len(spans) == 1 and spans[0][0] == spans[0][1] for _, _, spans in chosen):
+        return "at " + ", ".join(f"{name} = {_number(spans[0][0])}" for _, name, spans in chosen)
+    return "for " + ", ".join(
+        f"{name} in " + " and ".join(f"[{_number(lo)}, {_number(hi)}]" for lo, hi in spans[:3])
+        + (" and elsewhere" if len(spans) > 3 else "") for _, name, spans in chosen)
 
 
 def _number(value: float) -> str:
@@ -173,16 +181,20 @@ def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
     return None
 
 
-def _longest_run(ok: list[bool]) -> tuple[int, int] | None:
-    best, start = None, None
-    for index, good in enumerate([*ok, False]):
-        if good and start is None:
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True in ``flags``."""
+    runs, start = [], None
+    for index, flag in enumerate([*flags, False]):
+        if flag and start is None:
             start = index
-        elif not good and start is not None:
-            if best is None or index - 1 - start > best[1] - best[0]:
-                best = (start, index - 1)
+        elif not flag and start is not None:
+            runs.append((start, index - 1))
             start = None
-    return best
+    return runs
+
+
+def _longest_run(ok: list[bool]) -> tuple[int, int] | None:
+    return max(_runs(ok), key=lambda run: run[1] - run[0], default=None)
 
 
 def _rounded_inward(lo: float, hi: float, width: float) -> tuple[float, float]:

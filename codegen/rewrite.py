@@ -12,6 +12,8 @@ formula equal to its input wherever both are finite; ``tests/test_rewrite.py`` c
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.codegen.numpy_nodes import logaddexp
@@ -327,6 +329,7 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
                         - e.args[0].args[1] + sympy.log(2))
 
 
+@functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """``expr`` with every rule applied, bottom-up, until nothing changes, also in the factored
     form that the planner prints (``plan._block`` factors each formula before CSE).
@@ -338,6 +341,8 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
     for _ in range(MAX_PASSES):
         expr = _apply_rules(expr)
         factored = sympy.factor_terms(expr)
+        if factored == expr:
+            break
         rewritten = _apply_rules(factored)
         if rewritten == factored:
             break

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
 
 from codegen import pipeline
 from codegen.errors import SpecErrors
+from test_properties import cases, scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -105,3 +109,24 @@ def test_the_check_of_an_order_3_spec_of_three_inputs_is_fast(tmp_path):
     start = time.perf_counter()
     domain.check(spec, expr)
     assert time.perf_counter() - start < 10  # generous: two cores shared with other work
+
+
+def test_failing_values_on_both_sides_are_named_as_two_ranges(tmp_path):
+    (problem,) = _problems(tmp_path, _spec("asin(x)"))
+    assert "asin(x) is not finite for x in [-2, -1] and [1, 2]" in problem, problem
+    assert problem.endswith("set domain: {x: [-0.9, 0.9]}")
+
+
+@settings(max_examples=scaled(80))
+@given(case=cases(max_depth=3))
+def test_the_property_tests_random_trees_pass_the_check(case):
+    """The trees of test_properties.py are valid on their domain by construction (every function's
+    argument is wrapped into its domain with a margin): the check must agree, at every order."""
+    from codegen import domain
+    from codegen.expr import parse_expr
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prop.yaml"
+        path.write_text(yaml.safe_dump(case.spec(), sort_keys=False))
+        spec = pipeline.load_spec(path, "prop.yaml")
+    domain.check(spec, parse_expr(spec.expr, spec.inputs, spec.param_names))
