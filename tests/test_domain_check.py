@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 from hypothesis import given, settings
+from test_properties import cases, scaled
 
 from codegen import pipeline
 from codegen.errors import SpecErrors
-from test_properties import cases, scaled
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,3 +130,15 @@ def test_the_property_tests_random_trees_pass_the_check(case):
         path.write_text(yaml.safe_dump(case.spec(), sort_keys=False))
         spec = pipeline.load_spec(path, "prop.yaml")
     domain.check(spec, parse_expr(spec.expr, spec.inputs, spec.param_names))
+
+
+def test_a_spec_within_the_size_limit_is_not_refused_for_the_checks_own_derivatives(tmp_path):
+    """The planner writes out 24 partials (for the docstring); the check needs all 34 of order <= 4
+    in three inputs. Past --size-limit it checks the first derivatives instead of refusing."""
+    from codegen import limits
+
+    path = tmp_path / "f.yaml"
+    path.write_text(_spec("exp(sin(x*y)*cos(y*z))", inputs="[x, y, z]", order=4) + "strategy: save_inputs\n")
+    spec = pipeline.load_spec(path, "f.yaml")
+    files = pipeline.generate_one(spec, limits=limits.Limits(seconds=0, size=1000))
+    assert "f.py" in files

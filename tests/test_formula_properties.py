@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from formulas import printed_formulas, split_powers
 from hypothesis import example, given, settings
+from test_properties import Case, Node, binary, call, cases, num, power, scaled
 
 from codegen import pipeline
 from codegen.errors import SpecErrors
 from codegen.rewrite import stabilize
-from formulas import printed_formulas, split_powers
-from test_properties import Case, Node, binary, call, cases, num, power, scaled
 
 X = Node("name", value="x", lo=0.2, hi=1.5)
 P = Node("name", value="k", lo=2.0, hi=2.0)

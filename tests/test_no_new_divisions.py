@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import derivative_chain
 
 STRATEGIES = ("save_inputs", "save_outputs", "intermediates", "nested")
