@@ -9,15 +9,16 @@ the middle, 0 of a symmetric domain, are on it), and refuses a spec with a point
 finite: it names the smallest part of the expression that fails there, the inputs' sub-range
 where it fails, and a domain where it does not, when one is found.
 
-The grid is evaluated vectorised in NumPy (IEEE semantics, as torch: 1/0 is inf, log(-1) NaN);
-no torch is imported. It is a grid, not a proof: a singular point between grid points is not found.
+The grid is evaluated in pure Python (``math``, after CSE; no torch, no NumPy): a value with no
+real float (log(-1), 1/0, an overflow, a complex power) counts as not finite, as torch's NaN or inf
+would. It is a grid, not a proof: a singular point between grid points is not found.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy
+import itertools
 import sympy
 
 from . import limits, symbolic
@@ -29,18 +30,16 @@ MAX_POINTS_PER_INPUT = 257
 MAX_PARTIALS = 200  # partial derivatives checked, lowest orders first (order 3 in 8 inputs: 164)
 
 
-def _sigmoid(u):
-    return numpy.exp(-numpy.logaddexp(0.0, -u))
+def _sigmoid(u: float) -> float:
+    return 1 / (1 + math.exp(-u)) if u >= 0 else math.exp(u) / (1 + math.exp(u))
 
 
-def _softplus(u):
-    return numpy.logaddexp(0.0, u)
+def _softplus(u: float) -> float:
+    return max(u, 0.0) + math.log1p(math.exp(-abs(u)))
 
 
-_NUMPY_FUNCTIONS = {
-    "sigmoid": _sigmoid, "softplus": _softplus,
-    "erf": numpy.vectorize(math.erf, otypes=[float]), "erfc": numpy.vectorize(math.erfc, otypes=[float]),
-}
+_FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus}
+_NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
 
 
 def check(spec: Spec, expr: sympy.Expr) -> None:
@@ -54,7 +53,7 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
         failing = _failing(formulas, inputs, points)
     except (NameError, TypeError, AttributeError):  # a form NumPy cannot evaluate: not checked, not refused
         return
-    if not failing.any():
+    if not any(failing):
         return
     key = "domain" if "domain" in dict(spec.lines) else "expr"
     raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
@@ -88,35 +87,49 @@ def _per_input(count: int) -> int:
     return n
 
 
-def _grid(bounds: list[tuple[float, float]]) -> numpy.ndarray:
-    """Points (one row each) covering the box: every combination of each input's grid values."""
+def _grid(bounds: list[tuple[float, float]]) -> list[tuple[float, ...]]:
+    """Points covering the box: every combination of each input's evenly spaced values, ends included."""
     n = _per_input(len(bounds))
-    axes = [numpy.linspace(lo, hi, n) for lo, hi in bounds]
-    mesh = numpy.meshgrid(*axes, indexing="ij")
-    return numpy.stack([m.ravel() for m in mesh], axis=1)
+    axes = [[lo + (hi - lo) * k / (n - 1) for k in range(n - 1)] + [hi] for lo, hi in bounds]
+    return list(itertools.product(*axes))
 
 
-def _values(formulas: list[sympy.Expr], inputs, points: numpy.ndarray) -> list[numpy.ndarray]:
-    """Each formula's value at each point (NaN where it has no real value), vectorised."""
-    function = sympy.lambdify(inputs, formulas, modules=[_NUMPY_FUNCTIONS, "numpy"], cse=True)
-    with numpy.errstate(all="ignore"):
-        values = function(*(points[:, i] for i in range(points.shape[1])))
-    return [numpy.broadcast_to(numpy.asarray(v, dtype=complex), points.shape[:1]) for v in values]
+def _finite(value) -> bool:
+    return not isinstance(value, complex) and math.isfinite(value)
 
 
-def _not_finite(values: list[numpy.ndarray]) -> list[numpy.ndarray]:
-    return [~numpy.isfinite(v) | (v.imag != 0) for v in values]
+def _bad(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
+    """Per formula, per point: True where its value is not a finite real float."""
+    together = sympy.lambdify(inputs, formulas, modules=[_FUNCTIONS, "math"], cse=True)
+    alone = None
+    bad = [[False] * len(points) for _ in formulas]
+    for index, point in enumerate(points):
+        try:
+            values = together(*point)
+        except _NO_REAL_VALUE:  # which formula failed: each on its own
+            alone = alone or [sympy.lambdify(inputs, f, modules=[_FUNCTIONS, "math"]) for f in formulas]
+            values = [_value(function, point) for function in alone]
+        for row, value in zip(bad, values):
+            row[index] = not _finite(value)
+    return bad
 
 
-def _failing(formulas, inputs, points) -> numpy.ndarray:
-    bad = _not_finite(_values([f for _, f in formulas], inputs, points))
-    return numpy.logical_or.reduce(bad) if bad else numpy.zeros(len(points), dtype=bool)
+def _value(function, point):
+    try:
+        return function(*point)
+    except _NO_REAL_VALUE:
+        return math.nan
+
+
+def _failing(formulas, inputs, points) -> list[bool]:
+    bad = _bad([f for _, f in formulas], inputs, points)
+    return [any(column) for column in zip(*bad)] if bad else [False] * len(points)
 
 
 def _message(spec, expr, inputs, formulas, points, failing) -> str:
-    where = points[failing]
-    bad = _not_finite(_values([f for _, f in formulas], inputs, where))
-    order = min(k for (k, _), b in zip(formulas, bad) if b.any())
+    where = [point for point, fails in zip(points, failing) if fails]
+    bad = _bad([f for _, f in formulas], inputs, where)
+    order = min(k for (k, _), row in zip(formulas, bad) if any(row))
     culprit = _culprit(expr, spec, inputs, order, where)
     lo, hi = DEFAULT_DOMAIN
     defaulted = "" if "domain" in dict(spec.lines) else f" (no domain is set: the default is [{lo:g}, {hi:g}])"
@@ -130,30 +143,30 @@ def _message(spec, expr, inputs, formulas, points, failing) -> str:
 _ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
-def _culprit(expr, spec: Spec, inputs, order: int, where: numpy.ndarray) -> str:
+def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
     """The smallest part of ``expr`` (named with its params) not finite at some of ``where``, or
     whose derivatives up to ``order`` are not there."""
     parts = sorted({node for node in sympy.preorder_traversal(expr) if node.free_symbols & set(inputs)},
                    key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
     for part in parts:
         value = _at_defaults(part, spec)
-        if any(b.any() for b in _not_finite(_values([value], inputs, where))):
+        if any(_bad([value], inputs, where)[0]):
             return sympy.sstr(part)
         derivatives = _formulas(value, inputs, order)[1:]
         for k in range(1, order + 1):
             partials = [d for degree, d in derivatives if degree == k]
-            if partials and any(b.any() for b in _not_finite(_values(partials, inputs, where))):
+            if partials and any(any(row) for row in _bad(partials, inputs, where)):
                 return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {sympy.sstr(part)}"
     return sympy.sstr(expr)
 
 
-def _where(spec: Spec, where: numpy.ndarray, points: numpy.ndarray) -> str:
+def _where(spec: Spec, where, points) -> str:
     """The failing points' values of each input, as runs of grid values (asin(x) on [-2, 2]: x in
     [-2, -1] and [1, 2]); only the inputs whose failing values are not their whole grid, unless none is."""
     described = []
     for i, name in enumerate(spec.inputs):
-        axis = numpy.unique(points[:, i]).tolist()
-        failing = set(where[:, i].tolist())
+        axis = sorted({point[i] for point in points})
+        failing = {point[i] for point in where}
         runs = _runs([value in failing for value in axis])
         spans = [(axis[start], axis[end]) for start, end in runs]
         described.append((spans != [(axis[0], axis[-1])], name, spans))
@@ -175,9 +188,9 @@ def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
     bounds = dict(spec.domain)
     candidates = []
     for i, name in enumerate(spec.inputs):
-        axis = numpy.unique(points[:, i])
-        bad_values = set(points[failing, i].tolist())
-        run = _longest_run([v not in bad_values for v in axis.tolist()])
+        axis = sorted({point[i] for point in points})
+        bad_values = {point[i] for point, fails in zip(points, failing) if fails}
+        run = _longest_run([v not in bad_values for v in axis])
         if run is None:
             continue
         width = bounds[name][1] - bounds[name][0]
@@ -187,7 +200,7 @@ def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
     for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
         proposal = {**bounds, name: narrowed}
         box = _grid([proposal[n] for n in spec.inputs])
-        if not _failing(formulas, inputs, box).any():
+        if not any(_failing(formulas, inputs, box)):
             inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
             return "{" + inner + "}"
     return None
