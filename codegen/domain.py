@@ -16,9 +16,9 @@ would. It is a grid, not a proof: a singular point between grid points is not fo
 
 from __future__ import annotations
 
+import itertools
 import math
 
-import itertools
 import sympy
 
 from . import limits, symbolic
