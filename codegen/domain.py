@@ -51,7 +51,7 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
     points = _grid([bounds[name] for name in spec.inputs])
     try:
         failing = _failing(formulas, inputs, points)
-    except (NameError, TypeError, AttributeError):  # a form NumPy cannot evaluate: not checked, not refused
+    except (NameError, TypeError, AttributeError):  # a SymPy form with no `math` meaning: not checked, not refused
         return
     if not any(failing):
         return
