@@ -137,11 +137,13 @@ def plan_spec(spec: Spec, rewrite: bool = True):
 
 def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:
     """The module and test file of one spec; work past ``limits`` is a problem on its ``expr`` line."""
+    from . import domain
     from .render import render_module, render_tests
 
     try:
         with bounds.enforced(limits):
             plan = plan_spec(spec, rewrite)
+            domain.check(spec, plan.expr)
             digest = spec.digest(__version__, rewrite)
             return {f"{spec.name}.py": render_module(plan, digest),
                     f"tests/test_{spec.name}.py": render_tests(plan, digest)}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import sympy
 
 from . import cost, limits, symbolic
-from .rewrite import stabilize
+from .rewrite import for_differentiation, stabilize
 from .spec import Spec
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
@@ -374,7 +374,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
     in differentiable torch ops of its inputs alone: a constant would hide its dependence on x
     from autograd at higher order.
     """
-    chain = _nested_chain(expr, inputs, order, namer)
+    chain = _nested_chain(expr, inputs, order, namer, stable)
     # jvp is written in the differentiable inputs alone, like the last backward: under reverse-over-
     # forward (torch.func.hessian), autograd records it, and a constant would hide x from it
     forward_modes = [
@@ -416,16 +416,25 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
     return tuple(functions)
 
 
-def _nested_chain(expr, inputs, order, namer: Namer) -> list[_Link]:
-    """Each level's formulas: level k differentiates level k-1's results by its inputs."""
+def _nested_chain(expr, inputs, order, namer: Namer, stable) -> list[_Link]:
+    """Each level's formulas: level k differentiates level k-1's results by its inputs.
+
+    Each level's results are stabilised before the next level differentiates them: the next level
+    derives its formulas from what this level prints (sigmoid(w), whose derivatives are sigmoids),
+    not from the unstable shapes SymPy's derivative of the raw formula has (exp(-1/(1 - x)) over a
+    sum of exponentials, whose next derivative leaves exp(2/(1 - x)) times a vanishing factor).
+    They are kept in ``for_differentiation`` form (smooth, as autograd differentiates the printed
+    jvp and last backward) and stabilised again where printed (``_passed_values``, ``_forward_mode``).
+    """
     names = tuple(str(x) for x in inputs)
-    results = (_output(namer.fresh("out"), expr, inputs),)
+    results = (_output(namer.fresh("out"), for_differentiation(stable(expr)), inputs),)
     chain = []
     for level in range(order):
         cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
         local = Namer(namer.taken)
         products = symbolic.vjp([r.expr for r in results], _symbols(cotangents), _symbols(names))
         limits.check(level + 1, products)  # stops a spec whose derivatives blow up
+        products = [for_differentiation(stable(p)) for p in products]
         gradients = tuple(Result(local.fresh(f"grad_{n}"), g, n) for n, g in zip(names, products))
         chain.append(_Link(names, results, cotangents, gradients, local))
         names = (*cotangents, *names)

@@ -12,6 +12,8 @@ formula equal to its input wherever both are finite; ``tests/test_rewrite.py`` c
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.codegen.numpy_nodes import logaddexp
@@ -128,6 +130,47 @@ def _sigmoid_product(mul):
     return result
 
 
+def _has_exponential_factor(term) -> bool:
+    return any(_is_exp(f) for f in sympy.Mul.make_args(term))
+
+
+def _exponential_sum_index(mul):
+    """Where a product over 1/(exp(a) + exp(b))**n has a sum with an exponential term, else None."""
+    factors = sympy.Mul.make_args(mul)
+    if not any(_is_exp_denominator(f) for f in factors):
+        return None
+    for index, factor in enumerate(factors):
+        if factor.is_Add and any(_has_exponential_factor(term) for term in factor.args):
+            return index
+    return None
+
+
+def _spread_over_exponential_sum(mul):
+    """The product multiplied out over that sum."""
+    factors = sympy.Mul.make_args(mul)
+    index = _exponential_sum_index(mul)
+    rest = sympy.Mul(*factors[:index], *factors[index + 1:])
+    return sympy.Add(*(rest * term for term in factors[index].args))
+
+
+# exp(a)*(exp(a)*A - exp(b)*B)/(exp(a) + exp(b))**2 -> exp(2*a)*A/(...)**2 - exp(a + b)*B/(...)**2, so that
+# each term's exponentials meet the denominator (sigmoid(a - b)**2*A - sigmoid(a - b)*sigmoid(b - a)*B
+# after the rules below); taken whole, the product keeps exp(-a) (a switch function's derivative:
+# exp(1/(1 - x)) overflows near x = 1 and multiplies 0 there).
+spread_opt = ReplaceOptim(lambda e: e.is_Mul and _exponential_sum_index(e) is not None, _spread_over_exponential_sum)
+
+
+def _combined_exponentials(mul):
+    factors = sympy.Mul.make_args(mul)
+    exponents = [f.args[0] for f in factors if _is_exp(f)]
+    return sympy.Mul(*(f for f in factors if not _is_exp(f))) * sympy.exp(sympy.Add(*exponents))
+
+
+# exp(a)*exp(b) -> exp(a + b): finite wherever the product is (exp(100)*exp(-100) is inf*0 = NaN).
+combine_exp_opt = ReplaceOptim(lambda e: e.is_Mul and sum(1 for f in e.args if _is_exp(f)) >= 2,
+                               _combined_exponentials)
+
+
 # exp(u)/(1 + exp(u)) -> sigmoid(u), exp(a)/(exp(a) + exp(b)) -> sigmoid(a - b),
 # exp(-u)/(1 + exp(-u))**2 -> sigmoid(u)*sigmoid(-u): no inf/inf for large u.
 sigmoid_opt = ReplaceOptim(
@@ -241,7 +284,9 @@ RULES = (
     ("logaddexp", logaddexp_opt),
     ("log1p", log1p_opt),
     ("expm1", expm1_opt),
+    ("spread_over_exponential_sum", spread_opt),
     ("sigmoid", sigmoid_opt),
+    ("combine_exponentials", combine_exp_opt),
     ("absorb_exp_into_sigmoid", absorb_opt),
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("tanh", tanh_opt),
@@ -250,8 +295,62 @@ RULES = (
 )
 
 
+def _square_pair(mul):
+    """Factors 1 - u and 1 + u of ``mul``, with their product 1 - u**2, else None."""
+    factors = [f for f in sympy.Mul.make_args(mul) if f.is_Add and len(f.args) == 2]
+    for i, first in enumerate(factors):
+        for second in factors[i + 1:]:
+            if first + second == 2:
+                return first, second, 1 - ((second - first) / 2) ** 2
+    return None
+
+
+def _is_log_cosh_tail(e) -> bool:
+    """softplus(-2*|u|), which ``log_cosh_opt`` writes next to |u| - log(2)."""
+    return (isinstance(e, softplus) and e.args[0].is_Mul and len(e.args[0].args) == 2
+            and e.args[0].args[0] == -2 and isinstance(e.args[0].args[1], sympy.Abs))
+
+
+def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
+    """A stabilised formula as the next nested level differentiates it, with two rewrites undone.
+
+    (1 - u)*(1 + u) is multiplied back into 1 - u**2: that rewrite is for accuracy only
+    (``stabilize`` applies it again to the derivative), and the product rule on the two factors
+    would print twice the terms. |u| + softplus(-2*|u|) - log(2) is log(cosh(u)) again: its parts
+    have kinks at u = 0 whose derivatives (sign(u), then 0 almost everywhere) lose the smooth
+    whole's second derivative there.
+    """
+    def multiplied(mul):
+        first, second, product = _square_pair(mul)
+        return mul / (first * second) * product
+
+    expr = expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
+    return expr.replace(_is_log_cosh_tail, lambda e: sympy.log(sympy.cosh(e.args[0].args[1].args[0]))
+                        - e.args[0].args[1] + sympy.log(2))
+
+
+@functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` with every rule applied, bottom-up, until nothing changes."""
+    """``expr`` with every rule applied, bottom-up, until nothing changes, also in the factored
+    form that the planner prints (``plan._block`` factors each formula before CSE).
+
+    Factoring can uncover a pattern: s - s**2, a nested level's derivative of sigmoid(u) = s, is
+    printed as s*(1 - s), which cancels near s = 1 unless rewritten to s*sigmoid(-u). So a formula
+    is stable only if its factored form is a fixed point too.
+    """
+    for _ in range(MAX_PASSES):
+        expr = _apply_rules(expr)
+        factored = sympy.factor_terms(expr)
+        if factored == expr:
+            break
+        rewritten = _apply_rules(factored)
+        if rewritten == factored:
+            break
+        expr = rewritten
+    return expr
+
+
+def _apply_rules(expr: sympy.Expr) -> sympy.Expr:
     for _ in range(MAX_PASSES):
         before = expr
         for _, rule in RULES:
@@ -266,4 +365,4 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "identity", "RULES", "expm1", "log1p", "logaddexp", "hypot"]
+__all__ = ["stabilize", "identity", "for_differentiation", "RULES", "expm1", "log1p", "logaddexp", "hypot"]

@@ -26,7 +26,56 @@ def clean(expr: sympy.Expr) -> sympy.Expr:
     if expr.has(sympy.Derivative):  # of sign(u), for a u SymPy cannot prove real: 0 almost everywhere
         expr = expr.replace(lambda e: isinstance(e, sympy.Derivative) and isinstance(e.expr, sympy.sign),
                             lambda e: sympy.S.Zero)
-    return expr
+    return merge_powers(expr)
+
+
+def merge_powers(expr: sympy.Expr) -> sympy.Expr:
+    """Each product's powers of one base as one power: p*x**p/x -> p*x**(p - 1).
+
+    SymPy differentiates x**p into p*x**p/x, which is 0*inf = NaN at x = 0 where autograd (and
+    the merged form) gives 0: no derivative may divide by a value the function does not divide
+    by. SymPy merges numeric exponents itself but leaves x**p * x**-1 apart (equal only for
+    x != 0). Where the power multiplies a sum holding the division, x**u*(log(x) + u/x), the
+    product is distributed first. A merged power is NaN only where the function's own power is
+    (x**(p - 1) at x < 0 with p not whole, as x**p).
+    """
+    if not expr.has(sympy.Pow):
+        return expr
+    return expr.replace(lambda e: e.is_Mul and _splits_a_power(e), _merged_product)
+
+
+def _symbolic_power_bases(factors) -> set:
+    return {f.base for f in factors if f.is_Pow and not f.exp.is_Number}
+
+
+def _divides_by(term: sympy.Expr, bases) -> bool:
+    """True when ``term`` has a factor base**e with e a negative number, for a base in ``bases``."""
+    return any(f.is_Pow and f.base in bases and f.exp.is_Number and f.exp < 0 for f in sympy.Mul.make_args(term))
+
+
+def _splits_a_power(mul: sympy.Expr) -> bool:
+    factors = sympy.Mul.make_args(mul)
+    bases = _symbolic_power_bases(factors)
+    return bool(bases) and any(
+        _divides_by(f, bases) or (f.is_Add and any(_divides_by(t, bases) for t in f.args)) for f in factors
+    )
+
+
+def _merged_product(mul: sympy.Expr) -> sympy.Expr:
+    factors = sympy.Mul.make_args(mul)
+    bases = _symbolic_power_bases(factors)
+    for index, factor in enumerate(factors):
+        if factor.is_Add and any(_divides_by(t, bases) for t in factor.args):
+            rest = sympy.Mul(*factors[:index], *factors[index + 1:])
+            return sympy.Add(*(merge_powers(rest * term) for term in factor.args))
+    exponents: dict[sympy.Expr, list[sympy.Expr]] = {}
+    others = []
+    for factor in factors:
+        if factor.is_Pow and factor.base in bases:
+            exponents.setdefault(factor.base, []).append(factor.exp)
+        else:
+            others.append(factor)
+    return sympy.Mul(*others, *(sympy.Pow(base, sympy.Add(*found)) for base, found in exponents.items()))
 
 
 def vjp(outputs: list[sympy.Expr], cotangents: list[sympy.Symbol], wrt: list[sympy.Symbol]) -> list[sympy.Expr]:
@@ -90,8 +139,20 @@ def in_terms_of(expr: sympy.Expr, known: list[tuple[sympy.Symbol, sympy.Expr]], 
     if not exact:
         for symbol, value in sorted(known, key=lambda pair: -sympy.count_ops(pair[1])):
             if not value.is_Atom:
-                expr = expr.subs(value, symbol)
+                expr = _without_new_divisions(expr, expr.subs(value, symbol))
     return expr
+
+
+def denominators(expr: sympy.Expr) -> set[sympy.Expr]:
+    """The bases that ``expr`` divides by: those of powers with a negative number as exponent."""
+    return {node.base for node in sympy.preorder_traversal(expr)
+            if node.is_Pow and node.exp.is_Number and node.exp < 0}
+
+
+def _without_new_divisions(before: sympy.Expr, after: sympy.Expr) -> sympy.Expr:
+    """``after`` unless it divides by something ``before`` does not: subs finds x**(p - 1) in
+    terms of y = x**p as y/x, which is NaN at x = 0 where x**(p - 1) is 0."""
+    return after if denominators(after) <= denominators(before) else before
 
 
 def calls_on(expr: sympy.Expr, inputs) -> bool:

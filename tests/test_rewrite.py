@@ -22,6 +22,9 @@ CASES = {
     "logaddexp": [("log(exp(x) + exp(y))", "torch.logaddexp(x, y)")],
     "log1p": [("log(1 + x**2)", "torch.log1p(x**2)"), ("log(y + 1)", "torch.log1p(y)")],
     "expm1": [("exp(x) - 1", "torch.expm1(x)"), ("3 - 3*exp(2*y)", "torch.expm1(2*y)")],
+    "spread_over_exponential_sum": [("exp(x)*(y*exp(x) - exp(-x))/(exp(x) + exp(-x))**2",
+                                     "torch.sigmoid(-2*x), torch.sigmoid(2*x)")],
+    "combine_exponentials": [("exp(x)*exp(y)", "torch.exp(x + y)")],
     "sigmoid": [("exp(x)/(1 + exp(x))", "torch.sigmoid(x)"), ("1/(1 + exp(-x))", "torch.sigmoid(x)"),
                 ("exp(x)/(exp(x) + exp(y))", "torch.sigmoid(x - y)")],
     "absorb_exp_into_sigmoid": [("exp(-x)/(1 + exp(-x))**2", "torch.sigmoid(-x)*torch.sigmoid(x)")],
@@ -63,6 +66,20 @@ def test_rewritten_is_finite_in_float32_where_the_original_overflows(text):
     x = FAR.float()
     value = _evaluate(rewritten, x, torch.zeros_like(x).float())
     assert torch.isfinite(value).all(), value
+
+
+@pytest.mark.parametrize("text", [
+    # the first derivative of the switch exp(-1/(1 - x))/(exp(-1/x) + exp(-1/(1 - x))) (SchNetPack)
+    "exp(-1/(1 - x))*(exp(-1/(1 - x))/(1 - x)**2 - exp(-1/x)/x**2)/(exp(-1/x) + exp(-1/(1 - x)))**2",
+    "exp(60*x)*exp(-60*x)*y",
+])
+def test_rewritten_products_of_exponentials_are_finite_in_float32_near_0_and_1(text):
+    """Taken whole, the switch's derivative over sigmoid(w)**2 keeps exp(1/(1 - x)) (inf near x = 1) times
+    a vanishing sum: each term's exponentials must meet the denominator."""
+    rewritten = stabilize(parse_expr(text, NAMES, ()))
+    x = torch.tensor([0.005, 0.01, 0.02, 0.3, 0.7, 0.98, 0.99, 0.995], dtype=torch.float32)
+    value = _evaluate(rewritten, x, torch.ones_like(x))
+    assert torch.isfinite(value).all(), (rewritten, value)
 
 
 def test_stabilize_leaves_stable_formulas_alone():

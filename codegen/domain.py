@@ -1,0 +1,234 @@
+"""The build-time domain check: the function and its derivatives must be finite on the domain.
+
+A spec whose domain holds points where the function is undefined (log(x) on [-1, 1], sqrt(x) on
+the default [-2, 2]) or where a derivative is infinite (sqrt(x) at 0) would build, and its
+generated tests would then fail with NaN and no word about the domain. So the build evaluates the
+formula and every partial derivative up to the spec's order, in float64 at the params' defaults,
+on a grid over the domain box (each input's ends and evenly spaced points between, so corners and
+the middle, 0 of a symmetric domain, are on it), and refuses a spec with a point where one is not
+finite: it names the smallest part of the expression that fails there, the inputs' sub-range
+where it fails, and a domain where it does not, when one is found.
+
+The grid is evaluated in pure Python (``math``, after CSE; no torch, no NumPy): a value with no
+real float (log(-1), 1/0, an overflow, a complex power) counts as not finite, as torch's NaN or inf
+would. It is a grid, not a proof: a singular point between grid points is not found.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import sympy
+
+from . import limits, symbolic
+from .errors import SpecErrors
+from .spec import DEFAULT_DOMAIN, Spec
+
+MAX_POINTS = 8000  # grid points in all; per input the largest 2**k + 1 that keeps within it
+MAX_POINTS_PER_INPUT = 257
+MAX_PARTIALS = 200  # partial derivatives checked, lowest orders first (order 3 in 8 inputs: 164)
+
+
+def _sigmoid(u: float) -> float:
+    return 1 / (1 + math.exp(-u)) if u >= 0 else math.exp(u) / (1 + math.exp(u))
+
+
+def _softplus(u: float) -> float:
+    return max(u, 0.0) + math.log1p(math.exp(-abs(u)))
+
+
+_FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus}
+_NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
+
+
+def check(spec: Spec, expr: sympy.Expr) -> None:
+    """Raise SpecErrors (one problem, on the ``domain`` line, else ``expr``) when the function or a
+    derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
+    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+    formulas = _formulas(_at_defaults(expr, spec), inputs, spec.order)
+    bounds = dict(spec.domain)
+    points = _grid([bounds[name] for name in spec.inputs])
+    try:
+        failing = _failing(formulas, inputs, points)
+    except (NameError, TypeError, AttributeError):  # a SymPy form with no `math` meaning: not checked, not refused
+        return
+    if not any(failing):
+        return
+    key = "domain" if "domain" in dict(spec.lines) else "expr"
+    raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
+
+
+def _at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
+    values = dict(spec.params)
+    return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
+
+
+def _formulas(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
+    """(order, formula): the function and its partial derivatives, lowest orders first.
+
+    The planner writes out only some partials symbolically (the first, for a single-level
+    strategy); where all of them up to ``order`` pass the limits on symbolic work, the check stops
+    at the first derivatives rather than refusing a spec that plans within them.
+    """
+    try:
+        partials, _ = symbolic.partial_derivatives(expr, tuple(inputs), order, limit=MAX_PARTIALS)
+    except limits.LimitExceeded as exceeded:
+        if exceeded.kind != "size":
+            raise
+        partials, _ = symbolic.partial_derivatives(expr, tuple(inputs), 1, limit=MAX_PARTIALS)
+    return [(0, expr)] + [(len(index), derivative) for index, derivative in partials]
+
+
+def _per_input(count: int) -> int:
+    n = MAX_POINTS_PER_INPUT
+    while n > 3 and n**count > MAX_POINTS:
+        n = (n - 1) // 2 + 1
+    return n
+
+
+def _grid(bounds: list[tuple[float, float]]) -> list[tuple[float, ...]]:
+    """Points covering the box: every combination of each input's evenly spaced values, ends included."""
+    n = _per_input(len(bounds))
+    axes = [[lo + (hi - lo) * k / (n - 1) for k in range(n - 1)] + [hi] for lo, hi in bounds]
+    return list(itertools.product(*axes))
+
+
+def _finite(value) -> bool:
+    return not isinstance(value, complex) and math.isfinite(value)
+
+
+def _bad(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
+    """Per formula, per point: True where its value is not a finite real float."""
+    together = sympy.lambdify(inputs, formulas, modules=[_FUNCTIONS, "math"], cse=True)
+    alone = None
+    bad = [[False] * len(points) for _ in formulas]
+    for index, point in enumerate(points):
+        try:
+            values = together(*point)
+        except _NO_REAL_VALUE:  # which formula failed: each on its own
+            alone = alone or [sympy.lambdify(inputs, f, modules=[_FUNCTIONS, "math"]) for f in formulas]
+            values = [_value(function, point) for function in alone]
+        for row, value in zip(bad, values):
+            row[index] = not _finite(value)
+    return bad
+
+
+def _value(function, point):
+    try:
+        return function(*point)
+    except _NO_REAL_VALUE:
+        return math.nan
+
+
+def _failing(formulas, inputs, points) -> list[bool]:
+    bad = _bad([f for _, f in formulas], inputs, points)
+    return [any(column) for column in zip(*bad)] if bad else [False] * len(points)
+
+
+def _message(spec, expr, inputs, formulas, points, failing) -> str:
+    where = [point for point, fails in zip(points, failing) if fails]
+    bad = _bad([f for _, f in formulas], inputs, where)
+    order = min(k for (k, _), row in zip(formulas, bad) if any(row))
+    culprit = _culprit(expr, spec, inputs, order, where)
+    lo, hi = DEFAULT_DOMAIN
+    defaulted = "" if "domain" in dict(spec.lines) else f" (no domain is set: the default is [{lo:g}, {hi:g}])"
+    text = f"domain: {culprit} is not finite {_where(spec, where, points)}{defaulted}"
+    suggestion = _suggestion(spec, inputs, formulas, points, failing)
+    if suggestion:
+        return f"{text}; set domain: {suggestion}"
+    return f"{text}; set a domain where it and its derivatives up to order {spec.order} are finite"
+
+
+_ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
+
+
+def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
+    """The smallest part of ``expr`` (named with its params) not finite at some of ``where``, or
+    whose derivatives up to ``order`` are not there."""
+    parts = sorted({node for node in sympy.preorder_traversal(expr) if node.free_symbols & set(inputs)},
+                   key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
+    for part in parts:
+        value = _at_defaults(part, spec)
+        if any(_bad([value], inputs, where)[0]):
+            return sympy.sstr(part)
+        derivatives = _formulas(value, inputs, order)[1:]
+        for k in range(1, order + 1):
+            partials = [d for degree, d in derivatives if degree == k]
+            if partials and any(any(row) for row in _bad(partials, inputs, where)):
+                return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {sympy.sstr(part)}"
+    return sympy.sstr(expr)
+
+
+def _where(spec: Spec, where, points) -> str:
+    """The failing points' values of each input, as runs of grid values (asin(x) on [-2, 2]: x in
+    [-2, -1] and [1, 2]); only the inputs whose failing values are not their whole grid, unless none is."""
+    described = []
+    for i, name in enumerate(spec.inputs):
+        axis = sorted({point[i] for point in points})
+        failing = {point[i] for point in where}
+        runs = _runs([value in failing for value in axis])
+        spans = [(axis[start], axis[end]) for start, end in runs]
+        described.append((spans != [(axis[0], axis[-1])], name, spans))
+    chosen = [d for d in described if d[0]] or described
+    if all(len(spans) == 1 and spans[0][0] == spans[0][1] for _, _, spans in chosen):
+        return "at " + ", ".join(f"{name} = {_number(spans[0][0])}" for _, name, spans in chosen)
+    return "for " + ", ".join(
+        f"{name} in " + " and ".join(f"[{_number(lo)}, {_number(hi)}]" for lo, hi in spans[:3])
+        + (" and elsewhere" if len(spans) > 3 else "") for _, name, spans in chosen)
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
+    """A domain where the check passes: one input narrowed to its longest run of grid values that no
+    failing point has, rounded inward to round numbers; the one that keeps most of its range."""
+    bounds = dict(spec.domain)
+    candidates = []
+    for i, name in enumerate(spec.inputs):
+        axis = sorted({point[i] for point in points})
+        bad_values = {point[i] for point, fails in zip(points, failing) if fails}
+        run = _longest_run([v not in bad_values for v in axis])
+        if run is None:
+            continue
+        width = bounds[name][1] - bounds[name][0]
+        lo, hi = _rounded_inward(axis[run[0]], axis[run[1]], width)
+        if lo < hi:
+            candidates.append(((hi - lo) / width, name, (lo, hi)))
+    for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
+        proposal = {**bounds, name: narrowed}
+        box = _grid([proposal[n] for n in spec.inputs])
+        if not any(_failing(formulas, inputs, box)):
+            inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
+            return "{" + inner + "}"
+    return None
+
+
+def _runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of True in ``flags``."""
+    runs, start = [], None
+    for index, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = index
+        elif not flag and start is not None:
+            runs.append((start, index - 1))
+            start = None
+    return runs
+
+
+def _longest_run(ok: list[bool]) -> tuple[int, int] | None:
+    return max(_runs(ok), key=lambda run: run[1] - run[0], default=None)
+
+
+def _rounded_inward(lo: float, hi: float, width: float) -> tuple[float, float]:
+    """[lo, hi] shrunk to multiples of a twentieth of the domain's width, rounded to its power of
+    ten ([0.0078, 2] in [-2, 2] -> [0.1, 2]); finer steps where that leaves nothing."""
+    step = 10.0 ** math.floor(math.log10(width)) / 10
+    while step > (hi - lo) * 1e-6:
+        rounded = round(math.ceil(lo / step - 1e-9) * step, 12), round(math.floor(hi / step + 1e-9) * step, 12)
+        if rounded[0] < rounded[1]:
+            return rounded
+        step /= 10
+    return lo, hi
