@@ -8,6 +8,7 @@ else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -144,13 +145,14 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
     """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     if spec.strategy == "auto":
-        candidates = {s: _functions(spec, s, expr, inputs, stable, spec.order) for s in auto_candidates(spec)}
+        candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
         strategy, reason = choose_strategy(spec, {s: functions for s, (functions, _) in candidates.items()})
+        reason += "".join(f"; {s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items())
         functions, local_names = candidates[strategy]
     else:
         strategy, reason = spec.strategy, "chosen in the spec"
         functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
-    derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
+    derivatives, more = _documented_derivatives(expr, inputs, spec.order)
     return ModulePlan(
         spec=spec,
         expr=expr,
@@ -162,6 +164,45 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
         more_derivatives=more,
         locals=local_names,
     )
+
+
+# Each auto candidate may use this share of the spec's time left: one that blows up (nested at a
+# high order) is dropped and leaves the rest to the others, the docstring's derivatives and rendering.
+CANDIDATE_TIME_SHARE = 0.5
+
+
+def _candidates_within_limits(spec: Spec, expr: sympy.Expr, inputs, stable):
+    """The planned auto candidates that stay within the limits (limits.py), and the
+    ``LimitExceeded`` of each one dropped; ``NoCandidateFits`` when none is left."""
+    planned, dropped = {}, {}
+    for strategy in auto_candidates(spec):
+        try:
+            with limits.attempt(CANDIDATE_TIME_SHARE):
+                planned[strategy] = _functions(spec, strategy, expr, inputs, stable, spec.order)
+        except limits.LimitExceeded as exceeded:
+            dropped[strategy] = exceeded
+    if not planned:
+        raise limits.NoCandidateFits(dropped)
+    return planned, dropped
+
+
+def _documented_derivatives(expr: sympy.Expr, inputs, order: int):
+    """The docstring's partial derivatives (at most 24) and how many more there are up to ``order``.
+
+    They document; no code runs them. So an order over the size limit is not shown (the count of
+    the others says so) rather than failing a spec whose generated code fits.
+    """
+    shown_order = order
+    while True:
+        try:
+            derivatives, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24)
+            break
+        except limits.LimitExceeded as exceeded:
+            if exceeded.kind != "size":
+                raise
+            shown_order = exceeded.order - 1
+    total = math.comb(order + len(inputs), len(inputs)) - 1  # multi-indices of degree 1 to order
+    return derivatives, total - len(derivatives)
 
 
 def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, order: int):
@@ -256,6 +297,7 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
         backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
                           taken=local.taken)
+    limits.check(1, backward.values)  # the first derivative, as nested checks each of its levels
     used = backward.reads
     used |= {x for x, (_, contributions) in zip(inputs, accumulations) if not contributions}  # zeros like x
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
