@@ -141,29 +141,49 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
-    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
+def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> ModulePlan:
+    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py).
+
+    ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
+    ``accept`` (a plan -> None, or why not; ``memory.excess`` in a build) takes; when it takes
+    none, the cheapest, and the reason says so.
+    """
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
-    if spec.strategy == "auto":
-        candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
-        strategy, reason = choose_strategy(spec, {s: functions for s, (functions, _) in candidates.items()})
-        reason += "".join(f"; {s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items())
-        functions, local_names = candidates[strategy]
-    else:
-        strategy, reason = spec.strategy, "chosen in the spec"
-        functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
     derivatives, more = _documented_derivatives(expr, inputs, spec.order)
-    return ModulePlan(
-        spec=spec,
-        expr=expr,
-        strategy=strategy,
-        reason=reason,
-        functions=functions,
-        returns_first_only=len(functions[0].outputs) > 1,
-        derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
-        more_derivatives=more,
-        locals=local_names,
-    )
+
+    def module_plan(strategy: str, reason: str, planned) -> ModulePlan:
+        functions, local_names = planned
+        return ModulePlan(
+            spec=spec,
+            expr=expr,
+            strategy=strategy,
+            reason=reason,
+            functions=functions,
+            returns_first_only=len(functions[0].outputs) > 1,
+            derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
+            more_derivatives=more,
+            locals=local_names,
+        )
+
+    if spec.strategy != "auto":
+        return module_plan(spec.strategy, "chosen in the spec", _functions(spec, spec.strategy, expr, inputs, stable,
+                                                                           spec.order))
+    candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
+    functions_of = {s: functions for s, (functions, _) in candidates.items()}
+    strategy, reason = choose_strategy(spec, functions_of)
+    notes = [f"{s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items()]
+    if accept is not None:
+        costs = _costs(spec, functions_of)
+        for candidate in [strategy, *sorted((s for s in candidates if s != strategy), key=costs.get)]:
+            refused = accept(module_plan(candidate, reason, candidates[candidate]))
+            if refused is None:
+                notes += [f"so {candidate}, the next cheapest"] if candidate != strategy else []
+                strategy = candidate
+                break
+            notes.append(f"{candidate} passed over: {refused}")
+        else:
+            notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
+    return module_plan(strategy, "; ".join([reason, *notes]), candidates[strategy])
 
 
 # Each auto candidate may use this share of the spec's time left: one that blows up (nested at a
@@ -243,8 +263,7 @@ def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]])
     estimate is not finer than about 3 %: a candidate wins only if it is that much cheaper than
     the simpler ones before it.
     """
-    scalars = frozenset(_symbols(spec.param_names))
-    costs = {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
+    costs = _costs(spec, candidates)
     order = list(candidates)
     best = order[0]
     for strategy in order[1:]:
@@ -255,6 +274,11 @@ def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]])
         "the simpler one, within 3 % of the cheapest estimated second-order work")
     mode = "auto, fused" if spec.fuse else "auto"
     return best, f"{mode}: {why} (in tensor-product times: {listed})"
+
+
+def _costs(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]]) -> dict[str, float]:
+    scalars = frozenset(_symbols(spec.param_names))
+    return {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
 
 
 def _estimate(spec: Spec, strategy: str, functions, scalars) -> float:
