@@ -12,11 +12,18 @@ the spec's domain, and the distinct full-size tensors autograd saves are counted
 ``graph_measures`` does at full size. A static model would have to follow torch's saving rules
 for every op and for the backward of every backward op; this is exact, and costs one torch import
 per build process (about 2 s) and about 0.1 s per spec (rendering the candidate once more).
+torch is imported with this module, which the pipeline does before a spec's time limit starts:
+a timer firing inside an import would leave torch half imported.
 """
 
 from __future__ import annotations
 
+import ast
+import math
+import operator
 import types
+
+import torch
 
 SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
 _SEED = 0
@@ -38,8 +45,6 @@ def excess(plan) -> str | None:
 def saved_counts(fn, spec) -> tuple[int, int]:
     """(W2, W3): the full-size tensors autograd saves running forward, then forward and the first
     backward with create_graph, on inputs from ``spec``'s domain."""
-    import torch
-
     generator = torch.Generator().manual_seed(_SEED)
     inputs = [lo + (hi - lo) * torch.rand(SIZE, generator=generator, dtype=torch.float64)
               for _, (lo, hi) in spec.domain]
@@ -56,8 +61,6 @@ def saved_counts(fn, spec) -> tuple[int, int]:
 
 
 def _saved(action, exclude: set[int]) -> int:
-    import torch
-
     storages: dict[int, int] = {}
 
     def pack(tensor):
@@ -101,12 +104,6 @@ def composed_function(plan):
 def written_function(spec):
     """The spec's expression exactly as written, in torch ops (``(sigma/r)**12`` stays a quotient
     raised to a power, where SymPy would print ``sigma**12/r**12``), params as Python numbers."""
-    import ast
-    import math
-    import operator
-
-    import torch
-
     from .language import FUNCTION_ARITY
 
     functions = {name: getattr(torch, name) for name in FUNCTION_ARITY if hasattr(torch, name)}

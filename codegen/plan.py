@@ -149,10 +149,14 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
     none, the cheapest, and the reason says so.
     """
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
+    if spec.strategy == "auto":
+        candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
+    else:
+        candidates, dropped = {spec.strategy: _functions(spec, spec.strategy, expr, inputs, stable, spec.order)}, {}
     derivatives, more = _documented_derivatives(expr, inputs, spec.order)
 
-    def module_plan(strategy: str, reason: str, planned) -> ModulePlan:
-        functions, local_names = planned
+    def module_plan(strategy: str, reason: str) -> ModulePlan:
+        functions, local_names = candidates[strategy]
         return ModulePlan(
             spec=spec,
             expr=expr,
@@ -166,16 +170,14 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
         )
 
     if spec.strategy != "auto":
-        return module_plan(spec.strategy, "chosen in the spec", _functions(spec, spec.strategy, expr, inputs, stable,
-                                                                           spec.order))
-    candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
+        return module_plan(spec.strategy, "chosen in the spec")
     functions_of = {s: functions for s, (functions, _) in candidates.items()}
     strategy, reason = choose_strategy(spec, functions_of)
     notes = [f"{s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items()]
     if accept is not None:
         costs = _costs(spec, functions_of)
         for candidate in [strategy, *sorted((s for s in candidates if s != strategy), key=costs.get)]:
-            refused = accept(module_plan(candidate, reason, candidates[candidate]))
+            refused = accept(module_plan(candidate, reason))
             if refused is None:
                 notes += [f"so {candidate}, the next cheapest"] if candidate != strategy else []
                 strategy = candidate
@@ -183,7 +185,7 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
             notes.append(f"{candidate} passed over: {refused}")
         else:
             notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
-    return module_plan(strategy, "; ".join([reason, *notes]), candidates[strategy])
+    return module_plan(strategy, "; ".join([reason, *notes]))
 
 
 # Each auto candidate may use this share of the spec's time left: one that blows up (nested at a
@@ -206,22 +208,26 @@ def _candidates_within_limits(spec: Spec, expr: sympy.Expr, inputs, stable):
     return planned, dropped
 
 
+# The docstring's derivatives may use this share of the time left after the candidates.
+DERIVATIVES_TIME_SHARE = 0.5
+
+
 def _documented_derivatives(expr: sympy.Expr, inputs, order: int):
     """The docstring's partial derivatives (at most 24) and how many more there are up to ``order``.
 
-    They document; no code runs them. So an order over the size limit is not shown (the count of
-    the others says so) rather than failing a spec whose generated code fits.
+    They document; no code runs them. So they are an attempt (limits.py): past the size limit
+    the orders below are shown, past their share of the time none, and the count says how many
+    more there are, rather than failing a spec whose generated code fits.
     """
-    shown_order = order
-    while True:
+    total = math.comb(order + len(inputs), len(inputs)) - 1  # multi-indices of degree 1 to order
+    shown_order, derivatives = order, []
+    while shown_order > 0:
         try:
-            derivatives, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24)
+            with limits.attempt(DERIVATIVES_TIME_SHARE):
+                derivatives, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24)
             break
         except limits.LimitExceeded as exceeded:
-            if exceeded.kind != "size":
-                raise
-            shown_order = exceeded.order - 1
-    total = math.comb(order + len(inputs), len(inputs)) - 1  # multi-indices of degree 1 to order
+            shown_order = exceeded.order - 1 if exceeded.kind == "size" else 0
     return derivatives, total - len(derivatives)
 
 

@@ -10,17 +10,27 @@ tests/test_properties.py, measured by ``dbgen bench``'s ``graph_measures`` at 25
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 
-import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_properties import (
+    Case,
+    Node,
+    R,
+    binary,
+    build_or_reject,
+    call,
+    cases,
+    num,
+    power,
+    reference,
+    scaled,
+)
 
 from codegen import bench, memory, pipeline
-from test_properties import R, Case, binary, build_or_reject, call, cases, num, power, reference, scaled, Node
 
 SIZE = 256
 
