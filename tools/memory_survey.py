@@ -25,10 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import test_properties  # noqa: E402
+import test_properties
 
-from codegen import bench, memory, pipeline  # noqa: E402
-from codegen.errors import SpecErrors  # noqa: E402
+from codegen import bench, memory, pipeline
+from codegen.errors import SpecErrors
 
 STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 SIZE = 256
