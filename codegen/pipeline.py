@@ -124,7 +124,7 @@ def render_init(names: list[str], specs_path: str, digest: str) -> str:
 def plan_spec(spec: Spec, rewrite: bool = True):
     """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use)."""
     from .expr import ExprError, parse_expr
-    from .memory import excess  # imported before a time limit starts where one applies (generate_one)
+    from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
 
