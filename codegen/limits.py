@@ -3,17 +3,24 @@
 Derivatives grow geometrically with their order: ``exp(exp(exp(x)))`` with three inputs, nested,
 has 13, 55, 230, 985, 4,523, 22,288, 117,600 and 661,757 expression nodes at orders 1 to 8, and
 SymPy's time grows with them (minutes in all). The examples stay under 4,300 nodes per order, the
-project's tests under 6,700. So:
+project's tests under 6,700; real three-input functions at order 3 need more, nested: TorchANI's
+angular term 18,789 to 22,246 depending on how it is written (tests/test_limits.py). The default
+size limit, 50,000, leaves those room and still stops the blow-ups in seconds (measured, one core):
+mish nested at order 8 at order 6 (78,806 nodes) in 1.6 s, exp(exp(exp(x))) at order 7 (117,574)
+in 3.2 s, both under 65 MB; at 100,000 mish goes on to order 7 (550,936 nodes) and takes 10 s. So:
 
 - size: the derivatives of each order are measured (expression tree nodes) where they are
-  produced, ``symbolic.partial_derivatives`` and each level of ``plan._nested``; one order over
-  the limit stops the spec. Memory needs no limit of its own (RLIMIT_AS would need a process per
+  produced, ``symbolic.partial_derivatives``, each level of ``plan._nested`` and a single level's
+  backward (order 1); one order over the limit stops the spec (or, in an attempt, that attempt). Memory needs no limit of its own (RLIMIT_AS would need a process per
   spec): SymPy shares repeated subexpressions (an unlimited build of the blow-up above peaks at
   76 MB), and an order is only ever computed from one under the limit.
 - time: a deadline, checked at the same points, and a hard stop for one long SymPy call: a
   one-shot ``SIGALRM`` timer raising ``LimitExceeded`` in the thread doing the work (where the
   platform has ``setitimer`` and the work runs in a main thread, which ``--jobs`` workers do).
   ``LimitExceeded`` is a ``BaseException`` so that SymPy's ``except Exception`` cannot swallow it.
+- optional work (``attempt``): ``auto`` plans each candidate strategy as an attempt that may use
+  a share of the time left; a candidate past a limit is dropped (``plan.make_plan``) and the spec
+  keeps the rest of its time for the others. The spec fails only when no candidate fits.
 
 A hook costs nothing when no budget is active (the generator used as a library without limits).
 SymPy is imported only when a size is measured, so loading this module stays cheap.
@@ -33,10 +40,11 @@ from dataclasses import dataclass
 class Limits:
     """Per-spec bounds; 0 means no limit. Measured, the examples need at most 4,224 nodes per
     order and 2.4 s per spec under any strategy, the tests (property tests included) 6,678 nodes
-    and 3.2 s; a blow-up like exp(exp(exp(x))) nested at order 8 reaches 22,288 at order 6."""
+    and 3.2 s, TorchANI's angular term nested at order 3 up to 22,246 nodes and 8 s; a blow-up like
+    exp(exp(exp(x))) nested at order 8 reaches 22,288 at order 6 and 117,574 at order 7."""
 
     seconds: float = 60.0
-    size: int = 20_000
+    size: int = 50_000
 
 
 DEFAULT = Limits()
@@ -52,13 +60,35 @@ class LimitExceeded(BaseException):
 
     def message(self) -> str:
         """The spec problem, after 'expr: ': what was exceeded, where, and what to do."""
-        if self.kind == "size":
-            what, option = f"the size limit of {self.limits.size} nodes", "--size-limit"
-        else:
-            what, option = f"{self.limits.seconds:g} s", "--time-limit"
-        where = f"at order {self.order} (size {self.size})" if self.order else "before the first derivative was done"
-        return (f"symbolic work exceeded {what} {where}; lower 'order', simplify 'expr', "
-                f"or raise the limit with {option}")
+        return f"symbolic work exceeded {self.what()} {self.where()}; {self.advice()}"
+
+    def what(self) -> str:
+        return f"the size limit of {self.limits.size} nodes" if self.kind == "size" else f"{self.limits.seconds:g} s"
+
+    def where(self) -> str:
+        return f"at order {self.order} (size {self.size})" if self.order else "before the first derivative was done"
+
+    def dropped(self) -> str:
+        """Why ``auto`` left a candidate out, for its reason line (STRATEGY's docstring, show)."""
+        what = self.what() if self.kind == "size" else f"its share of the {self.what()} time limit"
+        return f"over {what} {self.where()}"
+
+    def advice(self) -> str:
+        option = "--size-limit" if self.kind == "size" else "--time-limit"
+        return f"lower 'order', simplify 'expr', or raise the limit with {option}"
+
+
+class NoCandidateFits(LimitExceeded):
+    """``auto`` found no candidate strategy within the limits: each one's ``LimitExceeded``, by name."""
+
+    def __init__(self, exceeded: dict[str, LimitExceeded]):
+        last = list(exceeded.values())[-1]
+        super().__init__(last.kind, last.limits, last.order, last.size)
+        self.exceeded = exceeded
+
+    def message(self) -> str:
+        tried = "; ".join(f"{strategy}: {e.what()} {e.where()}" for strategy, e in self.exceeded.items())
+        return f"symbolic work exceeded a limit under every strategy auto tried ({tried}); {self.advice()}"
 
 
 class Budget:
@@ -69,6 +99,7 @@ class Budget:
         self.deadline = time.monotonic() + limits.seconds if limits.seconds else None
         self.order = 0
         self.size = 0
+        self.alarm = False  # whether a timer is armed for the deadline (``_alarm``)
 
     def check(self, order: int, exprs) -> None:
         size = tree_size(exprs)
@@ -87,6 +118,26 @@ class Budget:
     def timed_out(self) -> LimitExceeded:
         return LimitExceeded("time", self.limits, self.order, self.size)
 
+    @contextlib.contextmanager
+    def attempt(self, share: float):
+        """Optional work: its own account of orders and sizes, and a deadline at ``share`` of the
+        time left; past it, ``LimitExceeded`` ends the attempt and the outer deadline holds again."""
+        outer = (self.deadline, self.order, self.size)
+        self.order = self.size = 0
+        if self.deadline is not None:
+            now = time.monotonic()
+            self.deadline = now + share * max(self.deadline - now, 0.0)
+            self._rearm()
+        try:
+            yield self
+        finally:
+            self.deadline, self.order, self.size = outer
+            self._rearm()
+
+    def _rearm(self) -> None:
+        if self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3))
+
 
 _current: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("dbgen_budget", default=None)
 
@@ -96,6 +147,17 @@ def check(order: int, exprs) -> None:
     budget = _current.get()
     if budget is not None:
         budget.check(order, exprs)
+
+
+@contextlib.contextmanager
+def attempt(share: float = 0.5):
+    """``Budget.attempt`` of the spec's budget; a plain block when no budget is active."""
+    budget = _current.get()
+    if budget is None:
+        yield None
+        return
+    with budget.attempt(share):
+        yield budget
 
 
 def tree_size(exprs) -> int:
@@ -132,9 +194,11 @@ def _alarm(budget: Budget):
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        signal.setitimer(signal.ITIMER_REAL, max(budget.deadline - time.monotonic(), 1e-3))
+        budget.alarm = True
+        budget._rearm()
         yield
     finally:
+        budget.alarm = False
         try:
             signal.setitimer(signal.ITIMER_REAL, 0)
         finally:

@@ -8,6 +8,7 @@ else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -140,28 +141,94 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize) -> ModulePlan:
-    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py)."""
+def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> ModulePlan:
+    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py).
+
+    ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
+    ``accept`` (a plan -> None, or why not; ``memory.excess`` in a build) takes; when it takes
+    none, the cheapest, and the reason says so.
+    """
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     if spec.strategy == "auto":
-        candidates = {s: _functions(spec, s, expr, inputs, stable, spec.order) for s in auto_candidates(spec)}
-        strategy, reason = choose_strategy(spec, {s: functions for s, (functions, _) in candidates.items()})
-        functions, local_names = candidates[strategy]
+        candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
     else:
-        strategy, reason = spec.strategy, "chosen in the spec"
-        functions, local_names = _functions(spec, strategy, expr, inputs, stable, spec.order)
-    derivatives, more = symbolic.partial_derivatives(expr, inputs, spec.order, limit=24)
-    return ModulePlan(
-        spec=spec,
-        expr=expr,
-        strategy=strategy,
-        reason=reason,
-        functions=functions,
-        returns_first_only=len(functions[0].outputs) > 1,
-        derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
-        more_derivatives=more,
-        locals=local_names,
-    )
+        candidates, dropped = {spec.strategy: _functions(spec, spec.strategy, expr, inputs, stable, spec.order)}, {}
+    derivatives, more = _documented_derivatives(expr, inputs, spec.order)
+
+    def module_plan(strategy: str, reason: str) -> ModulePlan:
+        functions, local_names = candidates[strategy]
+        return ModulePlan(
+            spec=spec,
+            expr=expr,
+            strategy=strategy,
+            reason=reason,
+            functions=functions,
+            returns_first_only=len(functions[0].outputs) > 1,
+            derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
+            more_derivatives=more,
+            locals=local_names,
+        )
+
+    if spec.strategy != "auto":
+        return module_plan(spec.strategy, "chosen in the spec")
+    functions_of = {s: functions for s, (functions, _) in candidates.items()}
+    strategy, reason = choose_strategy(spec, functions_of)
+    notes = [f"{s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items()]
+    if accept is not None:
+        costs = _costs(spec, functions_of)
+        for candidate in [strategy, *sorted((s for s in candidates if s != strategy), key=costs.get)]:
+            refused = accept(module_plan(candidate, reason))
+            if refused is None:
+                notes += [f"so {candidate}, the next cheapest"] if candidate != strategy else []
+                strategy = candidate
+                break
+            notes.append(f"{candidate} passed over: {refused}")
+        else:
+            notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
+    return module_plan(strategy, "; ".join([reason, *notes]))
+
+
+# Each auto candidate may use this share of the spec's time left: one that blows up (nested at a
+# high order) is dropped and leaves the rest to the others, the docstring's derivatives and rendering.
+CANDIDATE_TIME_SHARE = 0.5
+
+
+def _candidates_within_limits(spec: Spec, expr: sympy.Expr, inputs, stable):
+    """The planned auto candidates that stay within the limits (limits.py), and the
+    ``LimitExceeded`` of each one dropped; ``NoCandidateFits`` when none is left."""
+    planned, dropped = {}, {}
+    for strategy in auto_candidates(spec):
+        try:
+            with limits.attempt(CANDIDATE_TIME_SHARE):
+                planned[strategy] = _functions(spec, strategy, expr, inputs, stable, spec.order)
+        except limits.LimitExceeded as exceeded:
+            dropped[strategy] = exceeded
+    if not planned:
+        raise limits.NoCandidateFits(dropped)
+    return planned, dropped
+
+
+# The docstring's derivatives may use this share of the time left after the candidates.
+DERIVATIVES_TIME_SHARE = 0.5
+
+
+def _documented_derivatives(expr: sympy.Expr, inputs, order: int):
+    """The docstring's partial derivatives (at most 24) and how many more there are up to ``order``.
+
+    They document; no code runs them. So they are an attempt (limits.py): past the size limit
+    the orders below are shown, past their share of the time none, and the count says how many
+    more there are, rather than failing a spec whose generated code fits.
+    """
+    total = math.comb(order + len(inputs), len(inputs)) - 1  # multi-indices of degree 1 to order
+    shown_order, derivatives = order, []
+    while shown_order > 0:
+        try:
+            with limits.attempt(DERIVATIVES_TIME_SHARE):
+                derivatives, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24)
+            break
+        except limits.LimitExceeded as exceeded:
+            shown_order = exceeded.order - 1 if exceeded.kind == "size" else 0
+    return derivatives, total - len(derivatives)
 
 
 def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, order: int):
@@ -202,8 +269,7 @@ def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]])
     estimate is not finer than about 3 %: a candidate wins only if it is that much cheaper than
     the simpler ones before it.
     """
-    scalars = frozenset(_symbols(spec.param_names))
-    costs = {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
+    costs = _costs(spec, candidates)
     order = list(candidates)
     best = order[0]
     for strategy in order[1:]:
@@ -214,6 +280,11 @@ def choose_strategy(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]])
         "the simpler one, within 3 % of the cheapest estimated second-order work")
     mode = "auto, fused" if spec.fuse else "auto"
     return best, f"{mode}: {why} (in tensor-product times: {listed})"
+
+
+def _costs(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]]) -> dict[str, float]:
+    scalars = frozenset(_symbols(spec.param_names))
+    return {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
 
 
 def _estimate(spec: Spec, strategy: str, functions, scalars) -> float:
@@ -256,6 +327,7 @@ def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> Func
         gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
         backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
                           taken=local.taken)
+    limits.check(1, backward.values)  # the first derivative, as nested checks each of its levels
     used = backward.reads
     used |= {x for x, (_, contributions) in zip(inputs, accumulations) if not contributions}  # zeros like x
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)

@@ -64,7 +64,7 @@ def show_text(path: Path, latex: bool = False, bounds=None) -> str:
 
 def _bounded_plan(spec, bounds):
     """The plan build would make, under the same bounds on symbolic work (limits.py)."""
-    from . import limits
+    from . import limits, memory  # noqa: F401 - memory imports torch before the time limit starts
     from .errors import SpecErrors
     from .pipeline import plan_spec
 

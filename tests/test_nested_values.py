@@ -71,13 +71,15 @@ def test_a_chain_without_calls_is_the_tutorials_cube():
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_nested_and_auto_save_no_more_than_autograd_through_the_composed_expression(path, tmp_path):
-    """Issue 5's memory target, at W3: the default build (auto) and nested, on every example."""
+    """Issue 5's memory target, at W2 and W3: the default build (auto) and nested, on every example
+    (tests/test_memory.py holds auto to it on random specs)."""
     spec = pipeline.load_spec(path, path.name)
     subject = bench.make_subject(spec, ["auto", "nested"], tmp_path)
     inputs = bench.make_inputs(spec, 256, torch.float32)
-    saved = {c.label: bench.graph_measures(c.fn, inputs)["W3"][0] for c in subject.candidates}
-    assert saved["nested"] <= saved[bench.COMPOSED], saved
-    assert saved["auto"] <= saved[bench.COMPOSED], saved
+    for workload in ("W2", "W3"):
+        saved = {c.label: bench.graph_measures(c.fn, inputs)[workload][0] for c in subject.candidates}
+        assert saved["nested"] <= saved[bench.COMPOSED], (workload, saved)
+        assert saved["auto"] <= saved[bench.COMPOSED], (workload, saved)
 
 
 def test_an_unused_gradient_of_a_level_with_values_counts_as_zero(tmp_path):

@@ -1,0 +1,143 @@
+"""Whether a plan saves no more for backward than autograd through the composed expression.
+
+README's memory promise, for any spec: the generated function never keeps more tensors for backward
+than autograd through the expression written directly in torch ops (the generated tests'
+``composed``), at W2 (what forward saves) and W3 (what forward and the first backward, taken with
+``create_graph=True``, save). ``auto`` (``plan.make_plan``) asks ``excess`` about its candidates,
+cheapest first, and takes the first that keeps the promise.
+
+Measured, not modelled: the plan's module is rendered and run on a few float64 elements drawn from
+the spec's domain, and the distinct full-size tensors autograd saves are counted
+(``saved_tensors_hooks``), the inputs' and cotangents' storages left out, as ``dbgen bench``'s
+``graph_measures`` does at full size. A static model would have to follow torch's saving rules
+for every op and for the backward of every backward op; this is exact, and costs one torch import
+per build process (about 2 s) and about 0.1 s per spec (rendering the candidate once more).
+torch is imported with this module, which the pipeline does before a spec's time limit starts:
+a timer firing inside an import would leave torch half imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import types
+
+import torch
+
+from .spec import DEFAULT_DOMAIN
+
+SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
+_SEED = 0
+
+
+def excess(plan) -> str | None:
+    """None when ``plan`` saves no more than the composed expression at W2 and W3; else what it
+    saves against what autograd saves, for the reason line of ``auto``."""
+    ours = saved_counts(module_function(plan), plan.spec)
+    printed = saved_counts(composed_function(plan), plan.spec)
+    written = saved_counts(written_function(plan.spec), plan.spec)
+    theirs = tuple(map(min, printed, written))
+    over = [f"{w}: {n} tensors against {m}" for w, n, m in zip(("W2", "W3"), ours, theirs) if n > m]
+    if not over:
+        return None
+    return "saves more for backward than autograd through the composed expression (" + ", ".join(over) + ")"
+
+
+def saved_counts(fn, spec) -> tuple[int, int]:
+    """(W2, W3): the full-size tensors autograd saves running forward, then forward and the first
+    backward with create_graph, on inputs from ``spec``'s domain."""
+    generator = torch.Generator().manual_seed(_SEED)
+    domain = dict(spec.domain)  # a Spec made in code (not loaded) may leave it empty
+    bounds = [domain.get(name, DEFAULT_DOMAIN) for name in spec.inputs]
+    inputs = [lo + (hi - lo) * torch.rand(SIZE, generator=generator, dtype=torch.float64) for lo, hi in bounds]
+    inputs = [x.requires_grad_() for x in inputs]
+    cotangent = torch.randn(SIZE, generator=generator, dtype=torch.float64)
+    exclude = {t.untyped_storage().data_ptr() for t in (*inputs, cotangent)}
+
+    def first_order():
+        value = fn(*inputs)
+        return value, torch.autograd.grad(value, inputs, cotangent, create_graph=True, allow_unused=True)
+
+    with torch.enable_grad():
+        return _saved(lambda: fn(*inputs), exclude), _saved(first_order, exclude)
+
+
+def _saved(action, exclude: set[int]) -> int:
+    storages: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        kept = action()  # alive until counted: no storage is freed and reused meanwhile
+    full = SIZE * 8
+    count = sum(1 for ptr, nbytes in storages.items() if ptr and ptr not in exclude and nbytes >= full)
+    del kept
+    return count
+
+
+def module_function(plan):
+    """The public function of ``plan``'s module, run eagerly (a fused build's kernels save the same)."""
+    from .render import render_module
+
+    module = _module(render_module(plan, digest=""), "dbgen_memory_check")
+    if hasattr(module, "FUSE"):
+        module.FUSE = False
+    return getattr(module, plan.spec.name)
+
+
+def composed_function(plan):
+    """The expression written directly in torch ops, as the generated tests' ``composed``."""
+    from .printer import TorchPrinter
+
+    spec = plan.spec
+    printer = TorchPrinter(spec.inputs, fold_sums=False)
+    value = printer.doprint(plan.expr)
+    missing = [name for name in spec.inputs if name not in {str(s) for s in plan.expr.free_symbols}]
+    if missing:  # as the generated tests' composed: every input in the graph
+        value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
+    params = "".join(f", {name}={value!r}" for name, value in spec.params)
+    source = f"import math\nimport torch\n\ndef composed({', '.join(spec.inputs)}{params}):\n    return {value}\n"
+    return _module(source, "dbgen_memory_composed").composed
+
+
+def written_function(spec):
+    """The spec's expression exactly as written, in torch ops (``(sigma/r)**12`` stays a quotient
+    raised to a power, where SymPy would print ``sigma**12/r**12``), params as Python numbers."""
+    from .language import FUNCTION_ARITY
+
+    functions = {name: getattr(torch, name) for name in FUNCTION_ARITY if hasattr(torch, name)}
+    functions["softplus"] = torch.nn.functional.softplus
+    operators = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+                 ast.Pow: operator.pow}
+    tree = ast.parse(spec.expr, mode="eval").body  # parse_expr has checked it against the language
+
+    def fn(*inputs):
+        names = {**dict(zip(spec.inputs, inputs)), **dict(spec.params), "pi": math.pi, "E": math.e}
+
+        def walk(node):
+            if isinstance(node, ast.Constant):
+                return node.value
+            if isinstance(node, ast.Name):
+                return names[node.id]
+            if isinstance(node, ast.UnaryOp):
+                return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
+            if isinstance(node, ast.BinOp):
+                return operators[type(node.op)](walk(node.left), walk(node.right))
+            args = [walk(arg) for arg in node.args]
+            args = [a if isinstance(a, torch.Tensor) else torch.tensor(float(a), dtype=torch.float64) for a in args]
+            return functions[node.func.id](*args)
+
+        value = walk(tree)
+        return value + 0 * sum(inputs)  # every input in the graph, as the generated tests' composed
+
+    return fn
+
+
+def _module(source: str, name: str):
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)  # noqa: S102 - code dbgen generated itself
+    return module
