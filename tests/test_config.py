@@ -49,13 +49,13 @@ def write_pyproject(folder: Path, table: str | None) -> None:
 
 def test_table_gives_the_defaults(project):
     settings = config.resolve(None, None, None, None)
-    assert settings == config.Settings(Path("functions"), Path("gen"), 1, False, project.resolve())
+    assert settings == config.Settings((Path("functions"),), Path("gen"), 1, False, project.resolve())
 
 
 def test_command_line_wins(project):
     write_pyproject(project, 'specs = "functions"\noutput = "gen"\njobs = 4\nfuse = true\n')
     settings = config.resolve(Path("other"), Path("out"), 2, False)
-    assert (settings.specs, settings.output, settings.jobs, settings.fuse) == (Path("other"), Path("out"), 2, False)
+    assert (settings.specs, settings.output, settings.jobs, settings.fuse) == ((Path("other"),), Path("out"), 2, False)
     assert config.resolve(None, None, None, None).jobs == 4 and config.resolve(None, None, None, None).fuse is True
 
 
@@ -63,7 +63,7 @@ def test_found_from_a_subfolder_with_paths_relative_to_the_project(project, monk
     (project / "a" / "b").mkdir(parents=True)
     monkeypatch.chdir(project / "a" / "b")
     settings = config.resolve(None, None, None, None)
-    assert settings.specs == Path("../../functions") and settings.output == Path("../../gen")
+    assert settings.specs == (Path("../../functions"),) and settings.output == Path("../../gen")
     assert settings.root == project.resolve()
 
 
@@ -73,14 +73,14 @@ def test_the_nearest_pyproject_is_the_project(project, monkeypatch):
     write_pyproject(project / "inner", None)
     monkeypatch.chdir(project / "inner")
     settings = config.resolve(Path("specs"), None, None, None)
-    assert settings == config.Settings(Path("specs"), Path("generated"), 1, False, None)
+    assert settings == config.Settings((Path("specs"),), Path("generated"), 1, False, None)
     with pytest.raises(config.ConfigError, match="no SPECS given"):
         config.resolve(None, None, None, None)
 
 
 def test_no_pyproject_means_dbgen_defaults(tmp_path):
     settings = config.resolve(Path("specs"), None, None, None, start=tmp_path)
-    assert settings == config.Settings(Path("specs"), Path("generated"), 1, False, None)
+    assert settings == config.Settings((Path("specs"),), Path("generated"), 1, False, None)
 
 
 def test_an_empty_table_is_a_configured_project(project):
@@ -91,7 +91,7 @@ def test_an_empty_table_is_a_configured_project(project):
 
 @pytest.mark.parametrize("table, message", [
     ('spec = "specs"\n',
-     "[tool.dbgen] unknown key 'spec' (did you mean 'specs'?); the keys are: specs, output, jobs, fuse"),
+     "[tool.dbgen] unknown key 'spec' (did you mean 'specs'?); the keys are: specs, output, tests, jobs, fuse"),
     ('jobs = "2"\n', "[tool.dbgen] jobs must be a whole number of at least 1, not '2'"),
     ("jobs = 0\n", "[tool.dbgen] jobs must be a whole number of at least 1, not 0"),
     ("jobs = true\n", "[tool.dbgen] jobs must be a whole number of at least 1, not True"),
