@@ -495,11 +495,12 @@ def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     assert module.read_text() == pristine
 
 
-def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(specs_only):
+@pytest.mark.parametrize("tests_out", [(), ("--tests-out", "tests/gen")], ids=["default", "tests_out"])
+def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(specs_only, tests_out):
     """Importing SymPy is most of a rebuild's time: an unchanged one (__init__.py included) needs none."""
-    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    assert dbgen("build", "specs", "-o", "out", *tests_out, cwd=specs_only).returncode == 0
     code = (
-        "import sys\nfrom codegen.cli import run\nsys.argv = ['dbgen', 'build', 'specs', '-o', 'out']\n"
+        f"import sys\nfrom codegen.cli import run\nsys.argv = ['dbgen', 'build', 'specs', '-o', 'out', *{tests_out!r}]\n"
         "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
         "assert 'sympy' not in sys.modules, 'an unchanged rebuild imported SymPy'\n"
     )

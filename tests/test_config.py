@@ -109,6 +109,41 @@ def test_bad_table_exits_2_naming_the_file_and_key(project, table, message):
     assert not (project / "gen").exists()
 
 
+@pytest.mark.parametrize("table, message", [
+    ("specs = []\n", "[tool.dbgen] specs must be a path in quotes, not []"),
+    ('specs = ["functions", 3]\n', "[tool.dbgen] specs must be a path in quotes, not 3"),
+    ("tests = 1\n", "[tool.dbgen] tests must be a path in quotes, not 1"),
+])
+def test_bad_specs_list_or_tests_path(project, table, message):
+    write_pyproject(project, table)
+    result = invoke("check")
+    assert result.exit_code == 2 and result.stderr.startswith(f"dbgen: pyproject.toml: {message}"), result.stderr
+
+
+def test_several_specs_paths_and_the_tests_folder_from_the_table(project, monkeypatch):
+    (project / "more").mkdir()
+    shutil.copy(EXAMPLES / "cube.yaml", project / "more")
+    write_pyproject(project, 'specs = ["functions", "more"]\noutput = "gen"\ntests = "tests/gen"\n')
+    (project / "sub").mkdir()
+    monkeypatch.chdir(project / "sub")
+    settings = config.resolve(None, None, None, None)
+    assert settings.specs == (Path("../functions"), Path("../more")) and settings.tests == Path("../tests/gen")
+    assert config.resolve(None, None, None, None, tests=Path("t")).tests == Path("t")  # the option wins
+    result = invoke("build")
+    assert result.exit_code == 0, result.stderr
+    assert "dbgen: 3 spec(s) -> ../gen/" in result.stdout
+    assert {p.name for p in (project / "gen").iterdir()} == {"__init__.py", "square.py", "exp.py", "cube.py"}
+    assert {p.name for p in (project / "tests" / "gen").iterdir()} == {
+        "conftest.py", "test_dbgen_square.py", "test_dbgen_exp.py", "test_dbgen_cube.py"}
+    assert invoke("check").exit_code == 0
+
+
+def test_without_a_table_specs_is_the_specs_folder(tmp_path, monkeypatch):
+    (tmp_path / "specs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert config.resolve(None, None, None, None).specs == (Path("specs"),)
+
+
 def test_table_that_is_not_a_table(project):
     (project / "pyproject.toml").write_text("[tool]\ndbgen = 3\n")
     result = invoke("check")
