@@ -425,7 +425,7 @@ def test_build_never_writes_through_a_link(project, link):
 
 def test_a_sealed_file_verifies_and_any_edit_of_its_body_is_seen():
     sealed = write.seal(generated("A = 1\n\n\ndef f():\n    return A\n"))
-    first, second, third, body = sealed.split("\n", 3)
+    _, _, third, body = sealed.split("\n", 3)
     assert third.startswith(write.BODY_HASH_PREFIX) and body == "A = 1\n\n\ndef f():\n    return A\n"
     assert write.sealed_header(sealed) == HEADER.rstrip("\n")
     assert write.header_lines(sealed) == HEADER.rstrip("\n")
