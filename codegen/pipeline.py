@@ -282,13 +282,14 @@ def _placed(files: dict[str, str], name: str, layout: TestsLayout) -> dict[str, 
 
 
 def _relocated(test_text: str, name: str, layout: TestsLayout) -> str:
-    """A test file whose ``_PATH`` line finds the module from the layout's tests folder."""
+    """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
+    template writes the default layout's; a path of any length is then formatted as ruff does)."""
     from .render import ruff_formatted
 
-    default = DEFAULT_LAYOUT.module_path(name)
-    line = next(line for line in test_text.splitlines() if line.startswith("_PATH = "))
-    assert line == f"_PATH = {default}", f"the test template's _PATH line changed: {line}"
-    return ruff_formatted(test_text.replace(line, f"_PATH = {layout.module_path(name)}", 1))
+    default = f"\n_PATH = {DEFAULT_LAYOUT.module_path(name)}\n"
+    if default not in test_text:
+        raise RuntimeError(f"the test template's _PATH line is not {default.strip()!r}")
+    return ruff_formatted(test_text.replace(default, f"\n_PATH = {layout.module_path(name)}\n", 1))
 
 
 def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
