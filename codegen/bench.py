@@ -81,9 +81,10 @@ class Config:
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
-    def command(self, specs: Path) -> str:
+    def command(self, specs: Path | Sequence[Path]) -> str:
+        paths = " ".join(Path(p).as_posix() for p in ([specs] if isinstance(specs, (str, Path)) else specs))
         return (
-            f"dbgen bench {specs.as_posix()} --size {self.size} --orders {','.join(map(str, self.orders))} "
+            f"dbgen bench {paths} --size {self.size} --orders {','.join(map(str, self.orders))} "
             f"--strategies {','.join(self.strategies)} --threads {self.threads} --repeats {self.repeats} "
             f"--dtype {self.dtype}" + (" --fuse" if self.fuse else "")
         )

@@ -8,6 +8,7 @@ DBGEN_DEBUG=1 is set.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -26,16 +27,21 @@ app = typer.Typer(
     help="Generate PyTorch autograd Functions whose higher-order derivatives are correct by construction.",
 )
 
-SPECS_ARG = typer.Argument(..., help="A spec file, or a folder searched recursively for *.yaml / *.yml.")
+SPECS_ARG = typer.Argument(..., help="Spec files, or folders searched recursively for *.yaml / *.yml.")
 OUT_OPT = typer.Option(Path("generated"), "-o", "--output", help="Folder for the generated package.")
 # build and check take their defaults from [tool.dbgen] in pyproject.toml (codegen/config.py)
 CONFIGURED_SPECS_ARG = typer.Argument(
     None,
-    help="A spec file, or a folder searched recursively for *.yaml / *.yml. Default: specs in pyproject.toml (tool.dbgen).",
+    help="Spec files, or folders searched recursively for *.yaml / *.yml. "
+         "Default: specs in pyproject.toml (tool.dbgen), else specs/.",
 )
 CONFIGURED_OUT_OPT = typer.Option(
     None, "-o", "--output",
     help="Folder for the generated package. Default: output in pyproject.toml (tool.dbgen), else generated.",
+)
+TESTS_OUT_OPT = typer.Option(
+    None, "--tests-out",
+    help="Folder for the generated tests. Default: tests in pyproject.toml (tool.dbgen), else OUTPUT/tests.",
 )
 QUIET_OPT = typer.Option(False, "--quiet", "-q", help="Print only errors.")
 VERBOSE_OPT = typer.Option(
@@ -64,8 +70,9 @@ def main(
 
 @app.command()
 def build(
-    specs: Optional[Path] = CONFIGURED_SPECS_ARG,
+    specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
     output: Optional[Path] = CONFIGURED_OUT_OPT,
+    tests_out: Optional[Path] = TESTS_OUT_OPT,
     prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
     no_rewrite: bool = typer.Option(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
@@ -79,7 +86,7 @@ def build(
         help="Set 'fuse: true' on every spec (levels compiled into kernels). Default: fuse in pyproject.toml (tool.dbgen).",
     ),
     force: bool = typer.Option(
-        False, "--force", help="Regenerate every spec, even those whose files carry an up-to-date header."
+        False, "--force", help="Regenerate every spec, even those whose files are up to date."
     ),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
@@ -88,45 +95,51 @@ def build(
 ) -> None:
     """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
 
-    A spec whose files already carry its header (same spec hash, dbgen version and options) is
-    skipped. Example: dbgen build specs/ -o generated --jobs 2
+    A spec whose files are up to date (their header has the same spec hash, dbgen version and
+    options, and their body hash shows no hand edit) is skipped; a file edited by hand is
+    rewritten. Example: dbgen build specs/ -o generated --jobs 2
     """
     from . import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
-    settings = _settings(specs, output, jobs, fuse)
+    settings = _settings(specs, output, jobs, fuse, tests_out)
     specs, output, jobs, fuse = settings.specs, settings.output, settings.jobs, settings.fuse
+    layout = pipeline.tests_layout(output, settings.tests)
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
     _check_output_dir(output)
     with _locked(output):  # for the whole build: a second one into OUTPUT exits 2 at once
         files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
-                                               limits=bounds))
+                                               limits=bounds, tests=layout))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
         done = _io(output, lambda: write.commit(output, files, prune=prune))  # all or nothing
     written, removed, orphans = done.written, done.removed, done.orphans
-    specs_count = len([f for f in files if f.startswith("tests/")])
+    shown = functools.partial(write.shown, output.as_posix())
     for rel in written:
-        say.detail(f"{output.as_posix()}/{rel}: written")
+        say.detail(f"{shown(rel)}: written")
+    for rel in done.hand_edited:
+        say.note(f"dbgen: rewrote hand-edited {shown(rel)} (generated files are not to be edited; change the spec)")
     say.result(
-        f"dbgen: {specs_count} spec(s) -> {output.as_posix()}/ ({len(written)} file(s) written"
+        f"dbgen: {on_spec.total} spec(s) -> {output.as_posix()}/ ({len(written)} file(s) written"
         + (f", {len(removed)} orphan(s) removed" if removed else "")
         + ")"
     )
     if orphans and not prune:
+        named = _paths_text(specs)
         for rel in orphans:
-            say.note(f"{output.as_posix()}/{rel}: orphaned (no spec under {specs.as_posix()} generates it)")
+            say.note(f"{shown(rel)}: orphaned (no spec under {named} generates it)")
         say.note(
-            f"dbgen: {len(orphans)} orphaned file(s) kept; if {specs.as_posix()} holds all your specs, rerun with "
+            f"dbgen: {len(orphans)} orphaned file(s) kept; if {named} holds all your specs, rerun with "
             "--prune to delete them, else build the folder that holds them all"
         )
 
 
 @app.command()
 def check(
-    specs: Optional[Path] = CONFIGURED_SPECS_ARG,
+    specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
     output: Optional[Path] = CONFIGURED_OUT_OPT,
+    tests_out: Optional[Path] = TESTS_OUT_OPT,
     no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
     fuse: Optional[bool] = typer.Option(
         None, "--fuse/--no-fuse",
@@ -144,31 +157,52 @@ def check(
     from . import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
-    settings = _settings(specs, output, None, fuse)
+    settings = _settings(specs, output, None, fuse, tests_out)
     specs, output, fuse = settings.specs, settings.output, settings.fuse
+    layout = pipeline.tests_layout(output, settings.tests)
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
     files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
-                                           limits=bounds))
+                                           limits=bounds, tests=layout))
     report = write.stale_files(output, files)
     if not report:
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
     for rel, state in report:
-        say.error(f"{output.as_posix()}/{rel}: {state}")
-    command = f"dbgen build {specs.as_posix()} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
+        edited = state == "stale" and write.edited_by_hand(output / rel)
+        say.error(f"{write.shown(output.as_posix(), rel)}: {state}" + (" (edited by hand)" if edited else ""))
+    command = f"dbgen build {_paths_text(specs)} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
+    command += f" --tests-out {settings.tests.as_posix()}" if settings.tests is not None else ""
     command += " --fuse" if fuse else ""
-    if any(state == "stale" for _, state in report):
-        command += " --force"  # an edited file may still carry an up-to-date header
+    if any(state == "stale" and _kept_by_build(output / rel, files[rel]) for rel, state in report):
+        command += " --force"  # only a file as dbgen wrote it that is not what it writes now
     if any(state == "orphaned" for _, state in report):
         command += " --prune"
     say.error(f"dbgen: {len(report)} file(s) differ; run: {command}")
     raise typer.Exit(1)
 
 
+def _kept_by_build(path: Path, fresh: str) -> bool:
+    """Whether a build would read ``path`` back as up to date (pipeline.reusable_files) although it
+    differs from ``fresh``: its header is the one a build writes and its body hash matches (a file
+    written by another version of ruff, say). Only then does the build need --force."""
+    from . import write
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return write.sealed_header(text) == write.header_lines(fresh)
+
+
+def _paths_text(paths) -> str:
+    """Spec paths as a command line names them."""
+    return " ".join(Path(p).as_posix() for p in paths)
+
+
 @app.command()
 def bench(
-    specs: Path = SPECS_ARG,
+    specs: List[Path] = SPECS_ARG,
     size: int = typer.Option(2**20, "--size", help="Elements per input (each input has shape (SIZE,))."),
     orders: str = typer.Option(
         "0,1,2,3", "--orders", help="Derivative orders to run: 0 = W1 forward, 1 = W2, 2 = W3, 3 = W4."
@@ -203,12 +237,12 @@ def bench(
 
 @app.command()
 def show(
-    spec: Path = typer.Argument(..., help="One spec file."),
+    spec: List[Path] = typer.Argument(..., help="Spec files."),
     latex: bool = typer.Option(False, "--latex", help="Write formulas in LaTeX instead of unicode text."),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
 ) -> None:
-    """Print what build would generate for one spec, for a person to read.
+    """Print what build would generate for each spec, for a person to read.
 
     The formula and its derivatives, the strategy and why, and for each
     generated Function its shared subexpressions, what it computes, saves
@@ -218,9 +252,11 @@ def show(
     """
     from .show import show_text
 
-    _one_spec_file(spec, "show")
+    for path in spec:
+        _one_spec_file(path, "show")
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
-    typer.echo(_run(lambda: show_text(spec, latex=latex, bounds=bounds)), nl=False)
+    reports = [_run(lambda path=path: show_text(path, latex=latex, bounds=bounds)) for path in spec]
+    typer.echo("\n".join(reports), nl=False)
 
 
 @app.command()
@@ -328,12 +364,13 @@ def _one_spec_file(path: Path, command: str) -> None:
         raise typer.Exit(2)
 
 
-def _settings(specs: Path | None, output: Path | None, jobs: int | None, fuse: bool | None):
+def _settings(specs: list[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
+              tests: Path | None = None):
     """Command-line values over [tool.dbgen] in pyproject.toml over defaults; a bad table exits 2."""
     from . import config
 
     try:
-        return config.resolve(specs, output, jobs, fuse)
+        return config.resolve(specs, output, jobs, fuse, tests=tests)
     except config.ConfigError as exc:
         console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None
@@ -361,8 +398,9 @@ def _configured_specs_folder() -> Path:
     return folder if folder is not None and folder.suffix not in (".yaml", ".yml") else Path("specs")
 
 
-def _spec_reporter(say: console.Console, specs: Path):
-    """pipeline's per-spec callback: the progress line, and with --verbose a line per spec."""
+def _spec_reporter(say: console.Console, specs):
+    """pipeline's per-spec callback: the progress line, and with --verbose a line per spec. Its
+    ``total`` is the number of specs found."""
     from .pipeline import SpecsPathError, discover
 
     try:
@@ -377,6 +415,7 @@ def _spec_reporter(say: console.Console, specs: Path):
         say.progress(done, total, spec.name)
         say.detail(f"{spec.path}: " + ("up to date, skipped" if seconds is None else f"generated in {seconds:.2f} s"))
 
+    report.total = total
     return report
 
 

@@ -4,20 +4,23 @@ The nearest pyproject.toml from the current folder upward is the project's (the 
 ends the search, as for other Python tools). Its ``[tool.dbgen]`` table may set:
 
     [tool.dbgen]
-    specs = "specs"        # the SPECS argument
+    specs = "specs"        # the SPECS argument (or a list: ["specs", "more/specs"])
     output = "generated"   # -o / --output
+    tests = "tests/dbgen"  # --tests-out: where the generated tests go (default OUTPUT/tests)
     jobs = 2               # build --jobs
     fuse = false           # --fuse / --no-fuse
 
 Paths are relative to the folder holding pyproject.toml, and so are the spec paths written into
 generated headers: a configured build writes the same files from any subfolder. Options given on
-the command line win over the table.
+the command line win over the table. Without SPECS and without a table, SPECS is ``specs/`` (where
+``dbgen new`` writes specs).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +33,10 @@ else:  # pragma: no cover - Python 3.10 (the dependency is declared for it)
 
 PYPROJECT = "pyproject.toml"
 DEFAULT_OUTPUT = "generated"
-# key -> (expected Python type, what the message calls it)
+DEFAULT_SPECS = "specs"
+# key -> (expected Python type, what the message calls it); specs may also be a list of paths
 KEYS = {"specs": (str, "a path in quotes"), "output": (str, "a path in quotes"),
+        "tests": (str, "a path in quotes"),
         "jobs": (int, "a whole number of at least 1"), "fuse": (bool, "true or false")}
 
 
@@ -41,13 +46,15 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    """What build/check run with. ``root`` is the configured project's folder (None: no table)."""
+    """What build/check run with. ``root`` is the configured project's folder (None: no table);
+    ``tests`` the generated tests' folder (None: OUTPUT/tests)."""
 
-    specs: Path
+    specs: tuple[Path, ...]
     output: Path
     jobs: int
     fuse: bool
     root: Path | None
+    tests: Path | None = None
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -86,6 +93,10 @@ def _validate(table: dict, shown: str) -> None:
             hint = did_you_mean(key, KEYS)
             raise ConfigError(f"{shown}: [tool.dbgen] unknown key '{key}'{hint}; the keys are: {', '.join(KEYS)}")
         kind, described = KEYS[key]
+        if key == "specs" and isinstance(value, list) and value:  # several paths, each checked as one
+            for item in value:
+                _validate({key: item}, shown)
+            continue
         wrong_type = not isinstance(value, kind) or (kind is int and isinstance(value, bool))
         if wrong_type or (kind is int and value < 1) or (kind is str and not value.strip()):
             raise ConfigError(f"{shown}: [tool.dbgen] {key} must be {described}, not {value!r}; fix it in {shown}")
@@ -98,20 +109,29 @@ def load(start: Path | None = None) -> tuple[Path | None, dict]:
     return (pyproject.parent, table) if table is not None else (None, {})
 
 
-def resolve(specs: Path | None, output: Path | None, jobs: int | None, fuse: bool | None,
-            start: Path | None = None) -> Settings:
+def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
+            start: Path | None = None, tests: Path | None = None) -> Settings:
     """Command-line values, else the project's ``[tool.dbgen]``, else dbgen's defaults."""
     root, table = load(start)
-    if specs is None and "specs" not in table:
+    given = (specs,) if isinstance(specs, (str, Path)) else tuple(specs or ())
+    configured = table.get("specs")
+    if given:
+        paths = tuple(Path(p) for p in given)
+    elif configured is not None:
+        paths = tuple(project_path(root, p) for p in ([configured] if isinstance(configured, str) else configured))
+    elif project_path(root, DEFAULT_SPECS).is_dir():  # where dbgen new puts specs
+        paths = (project_path(root, DEFAULT_SPECS),)
+    else:
         where = _shown(root / PYPROJECT) if root else "a pyproject.toml"
-        raise ConfigError("no SPECS given; name a spec file or folder (e.g. dbgen build specs/), "
-                          f'or set specs = "specs" under [tool.dbgen] in {where}')
+        raise ConfigError("no SPECS given and no specs/ folder here; name spec files or folders (e.g. dbgen build "
+                          f'specs/), or set specs = "specs" under [tool.dbgen] in {where}')
     return Settings(
-        specs=specs if specs is not None else project_path(root, table["specs"]),
+        specs=paths,
         output=output if output is not None else project_path(root, table.get("output", DEFAULT_OUTPUT)),
         jobs=jobs if jobs is not None else table.get("jobs", 1),
         fuse=fuse if fuse is not None else table.get("fuse", False),
         root=root,
+        tests=tests if tests is not None else (project_path(root, table["tests"]) if "tests" in table else None),
     )
 
 

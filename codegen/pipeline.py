@@ -8,12 +8,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
+import posixpath
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__, limits as bounds
 from .errors import Problem, SpecErrors
-from .write import header
+from .write import header, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -24,8 +27,17 @@ class SpecsPathError(SpecErrors):
     in a spec, so the CLI reports it as one line without a line number."""
 
 
-def discover(specs: Path) -> list[Path]:
-    """The spec files under ``specs`` (a file or a directory, searched recursively), sorted."""
+def discover(specs: Path | Sequence[Path]) -> list[Path]:
+    """The spec files under ``specs`` (files and directories, searched recursively), each once:
+    a folder's in the order of their paths in it, folders and files in the order given."""
+    found: dict[Path, Path] = {}  # resolved -> as given: a file named twice (specs/ specs/a.yaml) is one
+    for path in [specs] if isinstance(specs, (str, Path)) else specs:
+        for spec_file in _discover_one(Path(path)):
+            found.setdefault(spec_file.resolve(), spec_file)
+    return list(found.values())
+
+
+def _discover_one(specs: Path) -> list[Path]:
     if specs.is_file():
         return [specs]
     if not specs.is_dir():
@@ -37,6 +49,17 @@ def discover(specs: Path) -> list[Path]:
     if not found:
         raise SpecsPathError([Problem(display_path(specs), 1, "no *.yaml or *.yml spec files found here")])
     return found
+
+
+def shown_specs(specs: Path | Sequence[Path], root: Path | None = None) -> str:
+    """How the header of a file made from all specs (``__init__.py``) names them: the one path
+    given, else the folder that holds them all (``specs/*.yaml`` reads as ``specs``, as
+    ``specs/`` does, so that the two builds write the same files)."""
+    paths = [specs] if isinstance(specs, (str, Path)) else list(specs)
+    if len(paths) == 1:
+        return display_path(paths[0], root)
+    folders = [str(p.resolve() if p.is_dir() else p.resolve().parent) for p in map(Path, paths)]
+    return display_path(Path(os.path.commonpath(folders)), root)
 
 
 def load_specs(paths: list[Path], root: Path | None = None, check_expr: bool = True) -> list[Spec]:
@@ -60,7 +83,7 @@ def load_specs(paths: list[Path], root: Path | None = None, check_expr: bool = T
 
 
 def generate(
-    specs_path: Path,
+    specs_path: Path | Sequence[Path],
     root: Path | None = None,
     rewrite: bool = True,
     jobs: int = 1,
@@ -68,15 +91,18 @@ def generate(
     fuse: bool = False,
     on_spec=None,
     limits: bounds.Limits = bounds.DEFAULT,
+    tests: TestsLayout | None = None,
 ) -> dict[str, str]:
-    """Relative output path -> file content for every spec under ``specs_path``; all or nothing.
+    """Relative output path -> file content for every spec under ``specs_path`` (one path or
+    several); all or nothing.
 
     ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
     ``fuse=True`` (``--fuse``) sets ``fuse: true`` on every spec. ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
-    there already carry its header (same spec hash, version and options) is not generated again:
-    its files are read back. ``on_spec(spec, seconds)`` is called as each spec is done (``seconds``
-    is None for a spec reused as up to date), for progress and --verbose lines. ``limits`` bounds
-    each spec's symbolic work (``--time-limit``, ``--size-limit``; see ``limits.py``).
+    there already carry its header (same spec hash, version and options) and are as dbgen wrote
+    them (their body hash matches) is not generated again: its files are read back. ``on_spec(spec,
+    seconds)`` is called as each spec is done (``seconds`` is None for a spec reused as up to date),
+    for progress and --verbose lines. ``limits`` bounds each spec's symbolic work (``--time-limit``,
+    ``--size-limit``; see ``limits.py``). ``tests`` places the tests (``tests_layout``; default OUT/tests).
     """
     paths = discover(specs_path)
     try:
@@ -88,10 +114,11 @@ def generate(
         raise
     if fuse:
         specs = [dataclasses.replace(spec, fuse=True) for spec in specs]
+    layout = tests or DEFAULT_LAYOUT
     files: dict[str, str] = {}
     todo = []
     for spec in specs:
-        kept = reusable_files(reuse_from, spec, spec.digest(__version__, rewrite)) if reuse_from else None
+        kept = reusable_files(reuse_from, spec, spec.digest(__version__, rewrite), layout) if reuse_from else None
         if kept is None:
             todo.append(spec)
         else:
@@ -100,7 +127,7 @@ def generate(
                 on_spec(spec, None)
     # load_specs(check_expr=False) left native unchecked: check it for the specs generated now
     problems: list[Problem] = [p for spec in todo for p in native_problems(spec)] if reuse_from is not None else []
-    generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits)
+    generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits, layout=layout)
     for spec, (generated, found, seconds) in zip(todo, _map(generate_each, todo, jobs)):
         files.update(generated)
         problems.extend(found)
@@ -108,18 +135,93 @@ def generate(
             on_spec(spec, seconds)
     if problems:
         raise SpecErrors(problems)
-    digest = hashlib.sha256("".join(f"{s.name}:{s.digest(__version__, rewrite)}\n" for s in specs).encode()).hexdigest()
-    shown = display_path(specs_path, root)
-    kept = _reusable(reuse_from / "__init__.py", header(shown, digest)) if reuse_from else None
-    # read back when up to date: rendering imports SymPy (0.6 s), most of an unchanged rebuild
-    files["__init__.py"] = kept if kept is not None else render_init([s.name for s in specs], shown, digest)
+    files.update(_package_files([s.name for s in specs], shown_specs(specs_path, root), layout, reuse_from))
+    return files
+
+
+@dataclasses.dataclass(frozen=True)
+class TestsLayout:
+    """Where the generated tests go, relative to the output (OUT), and what makes pytest's default
+    import mode (prepend) collect them beside a user's own tests of the same name.
+
+    Inside OUT (the default OUT/tests): package markers (``__init__.py``) from OUT down to the
+    folder, so that pytest names a test ``OUT.tests.test_NAME`` (OUT's own package: nothing is
+    shadowed) instead of a bare ``test_NAME`` that clashes with the user's ``tests/test_NAME.py``.
+    Outside OUT: no marker (the folder's name would become a top-level package, ``generated`` for
+    ``tests/generated``, shadowing the real one), and basenames of their own, ``test_dbgen_NAME.py``.
+    """
+
+    folder: str = "tests"  # the tests' folder from OUT: normalized, '/' separators
+    back: str = ".."  # OUT from the tests' folder
+
+    @property
+    def inside(self) -> bool:
+        return not (self.folder == ".." or self.folder.startswith("../"))
+
+    def test_file(self, name: str) -> str:
+        return self.path(f"test_{name}.py" if self.inside else f"test_dbgen_{name}.py")
+
+    def path(self, file_name: str) -> str:
+        return posixpath.normpath(f"{self.folder}/{file_name}")
+
+    def markers(self) -> list[str]:
+        """The ``__init__.py`` files that make each folder from OUT (excluded) to the tests a package."""
+        if not self.inside or self.folder == ".":
+            return []
+        parts = self.folder.split("/")
+        return ["/".join([*parts[:end], "__init__.py"]) for end in range(1, len(parts) + 1)]
+
+    def module_path(self, name: str) -> str:
+        """The test files' ``_PATH`` expression: the module ``name``.py found from the test file."""
+        parts = [p for p in self.back.split("/") if p != "."]
+        ups = 0
+        while parts and parts[0] == "..":
+            ups, parts = ups + 1, parts[1:]
+        base = "pathlib.Path(__file__).resolve()" + (".parent.parent" if ups == 1 else f".parents[{ups}]")
+        return " / ".join([base, *(f'"{p}"' for p in [*parts, f"{name}.py"])])
+
+
+DEFAULT_LAYOUT = TestsLayout()
+
+
+def tests_layout(out: Path, tests: Path | None) -> TestsLayout:
+    """The layout of tests in the folder ``tests`` for the output ``out`` (both as given, relative
+    to the working directory or absolute); None: OUT/tests."""
+    if tests is None:
+        return DEFAULT_LAYOUT
+    out_abs, tests_abs = os.path.abspath(out), os.path.abspath(tests)
+    return TestsLayout(Path(os.path.relpath(tests_abs, out_abs)).as_posix(), Path(os.path.relpath(out_abs, tests_abs)).as_posix())
+
+
+def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from: Path | None) -> dict[str, str]:
+    """OUT/__init__.py, and the tests' conftest.py and package markers. Their headers hash only
+    what they depend on (the set of names, the version), so that editing one spec rewrites that
+    spec's files only; they are read back when up to date (rendering imports SymPy, 0.6 s: most
+    of an unchanged rebuild)."""
+    init_digest = hashlib.sha256(f"dbgen {__version__}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
+    support_digest = hashlib.sha256(f"dbgen {__version__} tests support\n".encode()).hexdigest()
+    wanted = {"__init__.py": (init_digest, lambda: render_init(names, shown, init_digest)),
+              layout.path("conftest.py"): (support_digest, lambda: render_support("conftest.py", shown, support_digest))}
+    for marker in layout.markers():
+        wanted[marker] = (support_digest, lambda: render_support("tests_init.py", shown, support_digest))
+    files = {}
+    for rel, (digest, render) in wanted.items():
+        kept = _reusable(reuse_from / rel, header(shown, digest)) if reuse_from else None
+        files[rel] = kept if kept is not None else render()
     return files
 
 
 def render_init(names: list[str], specs_path: str, digest: str) -> str:
     from .render import render_init as render
 
-    return render(names, specs_path, digest)
+    return seal(render(names, specs_path, digest))
+
+
+def render_support(template: str, specs_path: str, digest: str) -> str:
+    """A file of the generated tests' that depends on no spec (``templates/NAME.jinja``)."""
+    from .render import _environment, ruff_formatted
+
+    return seal(ruff_formatted(_environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))))
 
 
 def plan_spec(spec: Spec, rewrite: bool = True):
@@ -153,11 +255,12 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
 
 
-def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
-    """The spec's generated files in ``out`` if both carry exactly the header a build would write."""
+def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | None = None) -> dict[str, str] | None:
+    """The spec's generated files in ``out`` if both carry exactly the header a build would write
+    and are as dbgen wrote them (a file edited by hand is generated again, and so rewritten)."""
     expected = header(spec.path, digest)
     kept = {}
-    for rel in (f"{spec.name}.py", f"tests/test_{spec.name}.py"):
+    for rel in (f"{spec.name}.py", (layout or DEFAULT_LAYOUT).test_file(spec.name)):
         text = _reusable(out / rel, expected)
         if text is None:
             return None
@@ -166,20 +269,42 @@ def reusable_files(out: Path, spec: Spec, digest: str) -> dict[str, str] | None:
 
 
 def _reusable(path: Path, expected_header: str) -> str | None:
-    """The text of ``path`` if it starts with ``expected_header``, else None."""
+    """The text of ``path`` if it starts with ``expected_header`` and its body hash matches, else None."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    return text if text.startswith(expected_header + "\n") else None
+    return text if sealed_header(text) == expected_header else None
 
 
-def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], list[Problem], float]:
-    """generate_one, with problems returned rather than raised (they cross process boundaries),
-    and the seconds it took, measured where it ran."""
+def _placed(files: dict[str, str], name: str, layout: TestsLayout) -> dict[str, str]:
+    """``generate_one``'s files where ``layout`` puts them, each sealed with its body hash."""
+    test_text = files.pop(f"tests/test_{name}.py")
+    if layout.back != DEFAULT_LAYOUT.back:
+        test_text = _relocated(test_text, name, layout)
+    files[layout.test_file(name)] = test_text
+    return {rel: seal(text) for rel, text in files.items()}
+
+
+def _relocated(test_text: str, name: str, layout: TestsLayout) -> str:
+    """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
+    template writes the default layout's; a path of any length is then formatted as ruff does)."""
+    from .render import ruff_formatted
+
+    default = f"\n_PATH = {DEFAULT_LAYOUT.module_path(name)}\n"
+    if default not in test_text:
+        raise RuntimeError(f"the test template's _PATH line is not {default.strip()!r}")
+    return ruff_formatted(test_text.replace(default, f"\n_PATH = {layout.module_path(name)}\n", 1))
+
+
+def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
+                         layout: TestsLayout = None) -> tuple[dict[str, str], list[Problem], float]:
+    """generate_one, placed by the tests layout and sealed, with problems returned rather than
+    raised (they cross process boundaries), and the seconds it took, measured where it ran."""
     start = time.perf_counter()
     try:
-        return generate_one(spec, rewrite, limits), [], time.perf_counter() - start
+        placed = _placed(generate_one(spec, rewrite, limits), spec.name, layout or DEFAULT_LAYOUT)
+        return placed, [], time.perf_counter() - start
     except SpecErrors as errors:
         return {}, errors.problems, time.perf_counter() - start
 

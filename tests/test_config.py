@@ -49,13 +49,13 @@ def write_pyproject(folder: Path, table: str | None) -> None:
 
 def test_table_gives_the_defaults(project):
     settings = config.resolve(None, None, None, None)
-    assert settings == config.Settings(Path("functions"), Path("gen"), 1, False, project.resolve())
+    assert settings == config.Settings((Path("functions"),), Path("gen"), 1, False, project.resolve())
 
 
 def test_command_line_wins(project):
     write_pyproject(project, 'specs = "functions"\noutput = "gen"\njobs = 4\nfuse = true\n')
     settings = config.resolve(Path("other"), Path("out"), 2, False)
-    assert (settings.specs, settings.output, settings.jobs, settings.fuse) == (Path("other"), Path("out"), 2, False)
+    assert (settings.specs, settings.output, settings.jobs, settings.fuse) == ((Path("other"),), Path("out"), 2, False)
     assert config.resolve(None, None, None, None).jobs == 4 and config.resolve(None, None, None, None).fuse is True
 
 
@@ -63,7 +63,7 @@ def test_found_from_a_subfolder_with_paths_relative_to_the_project(project, monk
     (project / "a" / "b").mkdir(parents=True)
     monkeypatch.chdir(project / "a" / "b")
     settings = config.resolve(None, None, None, None)
-    assert settings.specs == Path("../../functions") and settings.output == Path("../../gen")
+    assert settings.specs == (Path("../../functions"),) and settings.output == Path("../../gen")
     assert settings.root == project.resolve()
 
 
@@ -73,14 +73,14 @@ def test_the_nearest_pyproject_is_the_project(project, monkeypatch):
     write_pyproject(project / "inner", None)
     monkeypatch.chdir(project / "inner")
     settings = config.resolve(Path("specs"), None, None, None)
-    assert settings == config.Settings(Path("specs"), Path("generated"), 1, False, None)
+    assert settings == config.Settings((Path("specs"),), Path("generated"), 1, False, None)
     with pytest.raises(config.ConfigError, match="no SPECS given"):
         config.resolve(None, None, None, None)
 
 
 def test_no_pyproject_means_dbgen_defaults(tmp_path):
     settings = config.resolve(Path("specs"), None, None, None, start=tmp_path)
-    assert settings == config.Settings(Path("specs"), Path("generated"), 1, False, None)
+    assert settings == config.Settings((Path("specs"),), Path("generated"), 1, False, None)
 
 
 def test_an_empty_table_is_a_configured_project(project):
@@ -91,7 +91,7 @@ def test_an_empty_table_is_a_configured_project(project):
 
 @pytest.mark.parametrize("table, message", [
     ('spec = "specs"\n',
-     "[tool.dbgen] unknown key 'spec' (did you mean 'specs'?); the keys are: specs, output, jobs, fuse"),
+     "[tool.dbgen] unknown key 'spec' (did you mean 'specs'?); the keys are: specs, output, tests, jobs, fuse"),
     ('jobs = "2"\n', "[tool.dbgen] jobs must be a whole number of at least 1, not '2'"),
     ("jobs = 0\n", "[tool.dbgen] jobs must be a whole number of at least 1, not 0"),
     ("jobs = true\n", "[tool.dbgen] jobs must be a whole number of at least 1, not True"),
@@ -107,6 +107,41 @@ def test_bad_table_exits_2_naming_the_file_and_key(project, table, message):
         assert result.stderr.startswith(f"dbgen: pyproject.toml: {message}"), result.stderr
         assert len(result.stderr.splitlines()) == 1
     assert not (project / "gen").exists()
+
+
+@pytest.mark.parametrize("table, message", [
+    ("specs = []\n", "[tool.dbgen] specs must be a path in quotes, not []"),
+    ('specs = ["functions", 3]\n', "[tool.dbgen] specs must be a path in quotes, not 3"),
+    ("tests = 1\n", "[tool.dbgen] tests must be a path in quotes, not 1"),
+])
+def test_bad_specs_list_or_tests_path(project, table, message):
+    write_pyproject(project, table)
+    result = invoke("check")
+    assert result.exit_code == 2 and result.stderr.startswith(f"dbgen: pyproject.toml: {message}"), result.stderr
+
+
+def test_several_specs_paths_and_the_tests_folder_from_the_table(project, monkeypatch):
+    (project / "more").mkdir()
+    shutil.copy(EXAMPLES / "cube.yaml", project / "more")
+    write_pyproject(project, 'specs = ["functions", "more"]\noutput = "gen"\ntests = "tests/gen"\n')
+    (project / "sub").mkdir()
+    monkeypatch.chdir(project / "sub")
+    settings = config.resolve(None, None, None, None)
+    assert settings.specs == (Path("../functions"), Path("../more")) and settings.tests == Path("../tests/gen")
+    assert config.resolve(None, None, None, None, tests=Path("t")).tests == Path("t")  # the option wins
+    result = invoke("build")
+    assert result.exit_code == 0, result.stderr
+    assert "dbgen: 3 spec(s) -> ../gen/" in result.stdout
+    assert {p.name for p in (project / "gen").iterdir()} == {"__init__.py", "square.py", "exp.py", "cube.py"}
+    assert {p.name for p in (project / "tests" / "gen").iterdir()} == {
+        "conftest.py", "test_dbgen_square.py", "test_dbgen_exp.py", "test_dbgen_cube.py"}
+    assert invoke("check").exit_code == 0
+
+
+def test_without_a_table_specs_is_the_specs_folder(tmp_path, monkeypatch):
+    (tmp_path / "specs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert config.resolve(None, None, None, None).specs == (Path("specs"),)
 
 
 def test_table_that_is_not_a_table(project):

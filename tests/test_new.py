@@ -37,7 +37,8 @@ def test_writes_a_spec_that_builds(here):
     assert (spec.name, spec.expr, spec.inputs, spec.order) == ("swish", "x * sigmoid(beta * x)", ("x",), 3)
     assert spec.params == (("beta", 1.0),) and spec.strategy == "save_outputs"
     assert spec.doc == 'Swish, "self-gated".'
-    assert set(pipeline.generate(path)) == {"swish.py", "tests/test_swish.py", "__init__.py"}
+    assert set(pipeline.generate(path)) == {"swish.py", "tests/test_swish.py", "__init__.py", "tests/__init__.py",
+                                            "tests/conftest.py"}
 
 
 def test_first_line_points_at_a_schema_written_beside_it(here):

@@ -418,3 +418,58 @@ def test_build_never_writes_through_a_link(project, link):
     assert f"out/{link}:1: is a symbolic link" in result.stderr
     assert snapshot(out) == before
     assert (snapshot(outside) if outside.is_dir() else outside.read_bytes()) == outside_before
+
+
+# --- the body hash: telling a file dbgen wrote from one edited by hand ------------------------------
+
+
+def test_a_sealed_file_verifies_and_any_edit_of_its_body_is_seen():
+    sealed = write.seal(generated("A = 1\n\n\ndef f():\n    return A\n"))
+    _, _, third, body = sealed.split("\n", 3)
+    assert third.startswith(write.BODY_HASH_PREFIX) and body == "A = 1\n\n\ndef f():\n    return A\n"
+    assert write.sealed_header(sealed) == HEADER.rstrip("\n")
+    assert write.header_lines(sealed) == HEADER.rstrip("\n")
+    edits = [sealed + "# appended\n", sealed.replace("A = 1", "A = 2"), sealed.replace("return A", "return  A"),
+             sealed[:-1], sealed.replace(third, third[:-1] + ("0" if third[-1] != "0" else "1"))]
+    for edited in edits:
+        assert write.sealed_header(edited) is None, edited
+    assert write.sealed_header(generated("A = 1\n")) is None  # no body hash: not verified
+    assert write.seal(sealed.replace(third + "\n", "")) == sealed  # deterministic
+
+
+def test_edited_by_hand_only_for_a_sealed_file_of_dbgens(tmp_path):
+    sealed = write.seal(generated("A = 1\n"))
+    cases = {"pristine.py": (sealed, False), "edited.py": (sealed + "B = 2\n", True),
+             "unsealed.py": (generated("A = 1\n") + "B = 2\n", False),  # a 0.3.0 file: nothing recorded
+             "foreign.py": ("# dbgen-body-sha256: 0\n\n\nA = 1\n", False)}
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert write.edited_by_hand(tmp_path / name) is expected, name
+    assert write.edited_by_hand(tmp_path / "missing.py") is False
+
+
+def test_commit_names_the_hand_edited_files_it_rewrites(tmp_path):
+    files = {"a.py": write.seal(generated("A = 1\n")), "b.py": write.seal(generated("B = 1\n"))}
+    out = make_output(tmp_path, {"a.py": files["a.py"] + "# edit\n", "b.py": write.seal(generated("B = 0\n"))})
+    done = write.commit(out, files)
+    assert done.written == ["a.py", "b.py"] and done.hand_edited == ["a.py"]
+    assert contents(out)["a.py"] == files["a.py"]
+
+
+def test_orphans_in_a_tests_folder_outside_the_output(tmp_path):
+    """Files keyed '../tests/...' land beside the output; that folder's top level is searched for
+    orphans (not its subfolders: the user's own tests live there)."""
+    out = tmp_path / "out"
+    files = {"a.py": generated("A = 1\n"), "../tests/gen/test_dbgen_a.py": generated("T = 1\n")}
+    assert write.commit(out, files).written == sorted(files)
+    assert (tmp_path / "tests" / "gen" / "test_dbgen_a.py").read_text() == files["../tests/gen/test_dbgen_a.py"]
+    (tmp_path / "tests" / "gen" / "test_dbgen_gone.py").write_text(generated("T = 0\n"))
+    (tmp_path / "tests" / "gen" / "test_mine.py").write_text("def test_mine(): pass\n")
+    (tmp_path / "tests" / "gen" / "deeper").mkdir()
+    (tmp_path / "tests" / "gen" / "deeper" / "test_other.py").write_text(generated("T = 2\n"))
+    assert write.orphaned_files(out, files) == ["../tests/gen/test_dbgen_gone.py"]
+    assert write.stale_files(out, files) == [("../tests/gen/test_dbgen_gone.py", "orphaned")]
+    assert write.commit(out, files, prune=True).removed == ["../tests/gen/test_dbgen_gone.py"]
+    assert sorted(p.name for p in (tmp_path / "tests" / "gen").rglob("*.py")) == [
+        "test_dbgen_a.py", "test_mine.py", "test_other.py"]
+    assert write.shown("out", "../tests/gen/test_dbgen_a.py") == "tests/gen/test_dbgen_a.py"
