@@ -249,9 +249,8 @@ class Inputs:
 
 def make_inputs(spec: Spec, size: int, dtype: torch.dtype, seed: int = SEED) -> Inputs:
     generator = torch.Generator().manual_seed(seed)
-    domain = dict(spec.domain)
     tensors = tuple(
-        _uniform(*domain[name], size, dtype, generator).requires_grad_() for name in spec.inputs
+        _uniform(*spec.bounds(name), size, dtype, generator).requires_grad_() for name in spec.inputs
     )
     cotangents = [(torch.randn(size, generator=generator).to(dtype),)]
     for _ in range(len(WORKLOADS) - 2):

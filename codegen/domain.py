@@ -47,8 +47,7 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
     derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
     inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
     formulas = _formulas(_at_defaults(expr, spec), inputs, spec.order)
-    bounds = dict(spec.domain)
-    points = _grid([bounds[name] for name in spec.inputs])
+    points = _grid([spec.bounds(name) for name in spec.inputs])
     try:
         failing = _failing(formulas, inputs, points)
     except (NameError, TypeError, AttributeError):  # a SymPy form with no `math` meaning: not checked, not refused
@@ -185,7 +184,7 @@ def _number(value: float) -> str:
 def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
     """A domain where the check passes: one input narrowed to its longest run of grid values that no
     failing point has, rounded inward to round numbers; the one that keeps most of its range."""
-    bounds = dict(spec.domain)
+    bounds = {name: spec.bounds(name) for name in spec.inputs}
     candidates = []
     for i, name in enumerate(spec.inputs):
         axis = sorted({point[i] for point in points})

@@ -25,7 +25,6 @@ import types
 
 import torch
 
-from .spec import DEFAULT_DOMAIN
 
 SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
 _SEED = 0
@@ -48,8 +47,7 @@ def saved_counts(fn, spec) -> tuple[int, int]:
     """(W2, W3): the full-size tensors autograd saves running forward, then forward and the first
     backward with create_graph, on inputs from ``spec``'s domain."""
     generator = torch.Generator().manual_seed(_SEED)
-    domain = dict(spec.domain)  # a Spec made in code (not loaded) may leave it empty
-    bounds = [domain.get(name, DEFAULT_DOMAIN) for name in spec.inputs]
+    bounds = [spec.bounds(name) for name in spec.inputs]
     inputs = [lo + (hi - lo) * torch.rand(SIZE, generator=generator, dtype=torch.float64) for lo, hi in bounds]
     inputs = [x.requires_grad_() for x in inputs]
     cotangent = torch.randn(SIZE, generator=generator, dtype=torch.float64)

@@ -87,6 +87,10 @@ class Spec:
     def problem(self, key: str, message: str) -> Problem:
         return Problem(self.path, self.line_of(key), message)
 
+    def bounds(self, name: str) -> tuple[float, float]:
+        """Input ``name``'s domain: the spec's, else the default (a Spec made in code may leave it empty)."""
+        return dict(self.domain).get(name, DEFAULT_DOMAIN)
+
     @property
     def param_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.params)
