@@ -409,11 +409,13 @@ def _spec_reporter(say: console.Console, specs):
         total = 0  # generate reports the problem itself
     done = 0
 
-    def report(spec, seconds: float | None) -> None:
+    def report(spec, seconds: float | None, notes=()) -> None:
         nonlocal done
         done += 1
         say.progress(done, total, spec.name)
         say.detail(f"{spec.path}: " + ("up to date, skipped" if seconds is None else f"generated in {seconds:.2f} s"))
+        for note in notes:  # what auto left out (a limit) or passed over (the memory bound)
+            say.detail(f"{spec.path}: auto: {note}")
 
     report.total = total
     return report

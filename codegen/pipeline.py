@@ -100,7 +100,8 @@ def generate(
     ``fuse=True`` (``--fuse``) sets ``fuse: true`` on every spec. ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
     there already carry its header (same spec hash, version and options) and are as dbgen wrote
     them (their body hash matches) is not generated again: its files are read back. ``on_spec(spec,
-    seconds)`` is called as each spec is done (``seconds`` is None for a spec reused as up to date),
+    seconds, notes=())`` is called as each spec is done (``seconds`` is None for a spec reused as up
+    to date; ``notes``: the candidates auto left out or passed over, ``ModulePlan.notes``),
     for progress and --verbose lines. ``limits`` bounds each spec's symbolic work (``--time-limit``,
     ``--size-limit``; see ``limits.py``). ``tests`` places the tests (``tests_layout``; default OUT/tests).
     """
@@ -128,11 +129,11 @@ def generate(
     # load_specs(check_expr=False) left native unchecked: check it for the specs generated now
     problems: list[Problem] = [p for spec in todo for p in native_problems(spec)] if reuse_from is not None else []
     generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits, layout=layout)
-    for spec, (generated, found, seconds) in zip(todo, _map(generate_each, todo, jobs)):
+    for spec, (generated, found, seconds, notes) in zip(todo, _map(generate_each, todo, jobs)):
         files.update(generated)
         problems.extend(found)
         if on_spec is not None:
-            on_spec(spec, seconds)
+            on_spec(spec, seconds, notes)
     if problems:
         raise SpecErrors(problems)
     files.update(_package_files([s.name for s in specs], shown_specs(specs_path, root), layout, reuse_from))
@@ -240,6 +241,11 @@ def plan_spec(spec: Spec, rewrite: bool = True):
 
 def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:
     """The module and test file of one spec; work past ``limits`` is a problem on its ``expr`` line."""
+    return _generate_noting(spec, rewrite, limits)[0]
+
+
+def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:
+    """generate_one, and what auto left out or passed over (``ModulePlan.notes``, for --verbose)."""
     from . import domain
     from . import memory  # noqa: F401 - imports torch before the time limit starts (memory.py)
     from .render import render_module, render_tests
@@ -250,7 +256,7 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
             domain.check(spec, plan.expr)
             digest = spec.digest(__version__, rewrite)
             return {f"{spec.name}.py": render_module(plan, digest),
-                    f"tests/test_{spec.name}.py": render_tests(plan, digest)}
+                    f"tests/test_{spec.name}.py": render_tests(plan, digest)}, plan.notes
     except bounds.LimitExceeded as exceeded:
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
 
@@ -298,15 +304,16 @@ def _relocated(test_text: str, name: str, layout: TestsLayout) -> str:
 
 
 def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
-                         layout: TestsLayout = None) -> tuple[dict[str, str], list[Problem], float]:
+                         layout: TestsLayout = None) -> tuple[dict[str, str], list[Problem], float, tuple[str, ...]]:
     """generate_one, placed by the tests layout and sealed, with problems returned rather than
-    raised (they cross process boundaries), and the seconds it took, measured where it ran."""
+    raised (they cross process boundaries), the seconds it took, measured where it ran, and the
+    plan's notes."""
     start = time.perf_counter()
     try:
-        placed = _placed(generate_one(spec, rewrite, limits), spec.name, layout or DEFAULT_LAYOUT)
-        return placed, [], time.perf_counter() - start
+        files, notes = _generate_noting(spec, rewrite, limits)
+        return _placed(files, spec.name, layout or DEFAULT_LAYOUT), [], time.perf_counter() - start, notes
     except SpecErrors as errors:
-        return {}, errors.problems, time.perf_counter() - start
+        return {}, errors.problems, time.perf_counter() - start, ()
 
 
 def _map(function, items: list, jobs: int):

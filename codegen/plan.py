@@ -111,6 +111,8 @@ class ModulePlan:
     derivatives: tuple[tuple[tuple[str, ...], sympy.Expr], ...]
     more_derivatives: int
     locals: tuple[tuple[str, str], ...]
+    # what auto left out (over a limit) or passed over (the memory bound), also at the end of ``reason``
+    notes: tuple[str, ...] = ()
 
     def local(self, name: str) -> str:
         """The name the generated code uses for its own local ``name`` (inputs, output, ...)."""
@@ -185,7 +187,7 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
             notes.append(f"{candidate} passed over: {refused}")
         else:
             notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
-    return module_plan(strategy, "; ".join([reason, *notes]))
+    return replace(module_plan(strategy, "; ".join([reason, *notes])), notes=tuple(notes))
 
 
 # Each auto candidate may use this share of the spec's time left: one that blows up (nested at a

@@ -215,7 +215,7 @@ def test_a_limit_of_zero_is_no_limit_and_a_negative_one_is_refused(tmp_path):
 
 # --- auto leaves out a candidate over a limit (issue 12, point 4) ------------------------------------
 
-TRIPLE_EXP = "name: triple_exp\nexpr: exp(exp(exp(x)))\ninputs: [x]\norder: 6\n"
+TRIPLE_EXP = "name: triple_exp\nexpr: exp(exp(exp(x)))\ninputs: [x]\norder: 6\ndomain: {x: [-1, 0.5]}\n"
 
 
 def build_under(tmp_path: Path, text: str, bounds: limits.Limits):
@@ -246,6 +246,13 @@ def test_auto_leaves_out_a_candidate_over_the_size_limit_and_says_so(tmp_path):
     x = sample((6,), -1, 0.5, seed=0)
     expected = derivative_chain(lambda t: torch.exp(torch.exp(torch.exp(t))), [x], 4, seed=1)
     assert_chains_close(derivative_chain(module.triple_exp, [x], 4, seed=1), expected, rtol=1e-9)
+
+
+def test_build_verbose_tells_which_candidate_was_left_out(tmp_path):
+    (tmp_path / "triple_exp.yaml").write_text(TRIPLE_EXP)
+    result, _ = dbgen("build", "triple_exp.yaml", "-o", "out", "--size-limit", "100", "--verbose", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"triple_exp.yaml: auto: nested left out: over the size limit of 100 nodes", result.stderr), result.stderr
 
 
 def test_show_tells_which_candidate_was_left_out(tmp_path):
