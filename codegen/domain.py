@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import mpmath
 import sympy
 
 from . import limits, symbolic
@@ -40,6 +41,9 @@ def _softplus(u: float) -> float:
 
 _FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus}
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
+# mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
+# (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
+_EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u))}
 
 
 def check(spec: Spec, expr: sympy.Expr) -> None:
@@ -106,18 +110,37 @@ def _bad(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
         try:
             values = together(*point)
         except _NO_REAL_VALUE:  # which formula failed: each on its own
-            alone = alone or [sympy.lambdify(inputs, f, modules=[_FUNCTIONS, "math"]) for f in formulas]
-            values = [_value(function, point) for function in alone]
+            alone = alone or [_evaluators(inputs, f) for f in formulas]
+            values = [_value(function, exact, point) for function, exact in alone]
         for row, value in zip(bad, values):
             row[index] = not _finite(value)
     return bad
 
 
-def _value(function, point):
+def _evaluators(inputs, formula: sympy.Expr):
+    """The formula in floats (math), and exactly (mpmath), for where floats overflow on the way."""
+    return (sympy.lambdify(inputs, formula, modules=[_FUNCTIONS, "math"]),
+            sympy.lambdify(inputs, formula, modules=[_EXACT_FUNCTIONS, "mpmath"]))
+
+
+def _value(function, exact, point):
     try:
         return function(*point)
+    except OverflowError:
+        return _exact_value(exact, point)
     except _NO_REAL_VALUE:
         return math.nan
+
+
+def _exact_value(exact, point) -> float:
+    """The float64 the exact value rounds to (inf past float64's range), NaN where it has none."""
+    try:
+        value = exact(*(mpmath.mpf(x) for x in point))
+    except (*_NO_REAL_VALUE, TypeError):
+        return math.nan
+    if isinstance(value, mpmath.mpc):
+        return math.nan if value.imag != 0 else float(value.real)
+    return float(value)
 
 
 def _failing(formulas, inputs, points) -> list[bool]:

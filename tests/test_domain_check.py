@@ -142,3 +142,12 @@ def test_a_spec_within_the_size_limit_is_not_refused_for_the_checks_own_derivati
     spec = pipeline.load_spec(path, "f.yaml")
     files = pipeline.generate_one(spec, limits=limits.Limits(seconds=0, size=1000))
     assert "f.py" in files
+
+
+def test_a_float_overflow_on_the_way_to_a_finite_value_is_not_refused(tmp_path):
+    """math.cosh(1000) overflows, but 1/cosh(x) and its derivatives there are 0, as torch computes
+    them (1/inf); only a value that is itself past float64's range is refused."""
+    assert _problems(tmp_path, _spec("1/cosh(x)", "{x: [-1000, 1000]}")) == []
+    assert _problems(tmp_path, _spec("tanh(x*y)", "{x: [-1e300, 1e300]}", inputs="[x, y]")) == []
+    (problem,) = _problems(tmp_path, _spec("exp(x)", "{x: [0, 1000]}"))
+    assert "domain: exp(x) is not finite for x in" in problem
