@@ -247,7 +247,10 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:
     """generate_one, and what auto left out or passed over (``ModulePlan.notes``, for --verbose)."""
     from . import domain
-    from . import memory  # noqa: F401 - imports torch before the time limit starts (memory.py)
+    from .write import HeldSignals
+
+    with HeldSignals():  # SIGTERM in the middle of torch's import aborts the process (SIGABRT)
+        from . import memory  # noqa: F401 - imports torch before the time limit starts (memory.py)
     from .render import render_module, render_tests
 
     try:

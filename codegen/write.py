@@ -304,7 +304,7 @@ def commit(out: Path, files: dict[str, str], prune: bool = False) -> Commit:
     if changed or removing:
         created = _make_dirs(out)
         try:
-            with _HeldSignals() as held:
+            with HeldSignals() as held:
                 _stage_and_swap(out, {rel: files[rel].encode("utf-8") for rel in changed}, removing, held)
         except BaseException:
             _remove_empty(created)
@@ -316,7 +316,7 @@ def _holds(target: Path, data: bytes) -> bool:
     return target.is_file() and not target.is_symlink() and target.read_bytes() == data
 
 
-def _stage_and_swap(out: Path, new: dict[str, bytes], removing: list[str], held: _HeldSignals) -> None:
+def _stage_and_swap(out: Path, new: dict[str, bytes], removing: list[str], held: HeldSignals) -> None:
     staging = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=out))
     done: list[tuple] = []  # the journal of the swap, undone in reverse on failure
     try:
@@ -335,7 +335,7 @@ def _stage_and_swap(out: Path, new: dict[str, bytes], removing: list[str], held:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def _stage(path: Path, target: Path, data: bytes, held: _HeldSignals) -> Path:
+def _stage(path: Path, target: Path, data: bytes, held: HeldSignals) -> Path:
     with open(path, "xb") as handle:
         handle.write(data)
         handle.flush()
@@ -378,7 +378,7 @@ def _undo(done: list) -> None:
             _remove_empty([step[1]])
 
 
-class _HeldSignals:
+class HeldSignals:
     """SIGINT and SIGTERM held back while files are swapped, so that the swap is checked between
     steps and a rollback is never itself interrupted. On exit the signal is delivered to the
     handler there was before (the CLI's, KeyboardInterrupt, or the default: the process ends)."""
@@ -389,7 +389,7 @@ class _HeldSignals:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> _HeldSignals:
+    def __enter__(self) -> HeldSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 previous = signal.getsignal(signum)

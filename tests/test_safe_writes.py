@@ -330,8 +330,8 @@ def test_a_first_build_interrupted_leaves_no_output_folder(project):
     wait_for(project / "fresh" / "out" / write.LOCK_NAME)
     time.sleep(0.3)
     build.send_signal(signal.SIGTERM)
-    build.communicate(timeout=60)
-    assert build.returncode == 143
+    _, stderr = build.communicate(timeout=60)
+    assert build.returncode == 143, stderr
     assert not (project / "fresh").exists()
 
 
