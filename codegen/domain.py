@@ -41,6 +41,7 @@ def _softplus(u: float) -> float:
 
 _FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus}
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
+UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises on a form math cannot evaluate
 # mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u))}
@@ -54,7 +55,7 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
     points = _grid([spec.bounds(name) for name in spec.inputs])
     try:
         failing = _failing(formulas, inputs, points)
-    except (NameError, TypeError, AttributeError):  # a SymPy form with no `math` meaning: not checked, not refused
+    except UNEVALUATED:  # a SymPy form with no `math` meaning: not checked, not refused
         return
     if not any(failing):
         return
@@ -101,8 +102,9 @@ def _finite(value) -> bool:
     return not isinstance(value, complex) and math.isfinite(value)
 
 
-def _bad(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
-    """Per formula, per point: True where its value is not a finite real float."""
+def not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
+    """Per formula, per point: True where its value is not a finite real float (float64, with the
+    exact value deciding where floats overflow on the way)."""
     together = sympy.lambdify(inputs, formulas, modules=[_FUNCTIONS, "math"], cse=True)
     alone = None
     bad = [[False] * len(points) for _ in formulas]
@@ -144,13 +146,13 @@ def _exact_value(exact, point) -> float:
 
 
 def _failing(formulas, inputs, points) -> list[bool]:
-    bad = _bad([f for _, f in formulas], inputs, points)
+    bad = not_finite([f for _, f in formulas], inputs, points)
     return [any(column) for column in zip(*bad)] if bad else [False] * len(points)
 
 
 def _message(spec, expr, inputs, formulas, points, failing) -> str:
     where = [point for point, fails in zip(points, failing) if fails]
-    bad = _bad([f for _, f in formulas], inputs, where)
+    bad = not_finite([f for _, f in formulas], inputs, where)
     order = min(k for (k, _), row in zip(formulas, bad) if any(row))
     culprit = _culprit(expr, spec, inputs, order, where)
     lo, hi = DEFAULT_DOMAIN
@@ -172,12 +174,12 @@ def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
                    key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
     for part in parts:
         value = _at_defaults(part, spec)
-        if any(_bad([value], inputs, where)[0]):
+        if any(not_finite([value], inputs, where)[0]):
             return sympy.sstr(part)
         derivatives = _formulas(value, inputs, order)[1:]
         for k in range(1, order + 1):
             partials = [d for degree, d in derivatives if degree == k]
-            if partials and any(any(row) for row in _bad(partials, inputs, where)):
+            if partials and any(any(row) for row in not_finite(partials, inputs, where)):
                 return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {sympy.sstr(part)}"
     return sympy.sstr(expr)
 

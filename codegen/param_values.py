@@ -15,7 +15,7 @@ import math
 
 import sympy
 
-from .expr import _FLOAT_FUNCTIONS
+from .domain import UNEVALUATED, not_finite
 
 # Each param gets its own factor, so that two params with the same default get different values
 # (swapping epsilon and sigma in a formula is invisible when both are 1.25).
@@ -55,10 +55,13 @@ def other_param_values(expr: sympy.Expr, params, inputs, domain) -> dict[str, fl
         return None
     defaults = dict(params)
     checks = _finite_checks(expr, inputs, domain)
-    baseline = checks(defaults)
+    try:
+        baseline = checks(defaults)
+    except UNEVALUATED:  # a form math cannot evaluate: the first rule's values, unchecked
+        checks = baseline = None
     for rule in _RULES:
         values = {name: _avoid_units(rule(value, i), value) for i, (name, value) in enumerate(params)}
-        if None not in values.values() and _no_worse(checks(values), baseline):
+        if None not in values.values() and (checks is None or _no_worse(checks(values), baseline)):
             return values
     return None
 
@@ -90,7 +93,7 @@ def _finite_checks(expr: sympy.Expr, inputs, domain):
 
     def checks(values: dict[str, float]) -> list[bool]:
         at_values = [f.xreplace({sympy.Symbol(n, real=True): sympy.Float(v) for n, v in values.items()}) for f in formulas]
-        return [_is_finite(f, dict(zip(symbols, point))) for f in at_values for point in points]
+        return [not bad for row in not_finite(at_values, symbols, points) for bad in row]
 
     return checks
 
@@ -111,36 +114,3 @@ def _sample_points(inputs, domain) -> list[tuple[float, ...]]:
             point.append(lo + (hi - lo) * fraction)
         points.append(tuple(point))
     return points
-
-
-def _is_finite(formula: sympy.Expr, at: dict) -> bool:
-    try:
-        value = _float_at(formula, at, {})
-    except (ValueError, ZeroDivisionError, OverflowError, TypeError):
-        return False
-    return math.isfinite(value)
-
-
-def _float_at(expr: sympy.Expr, at: dict, memo: dict) -> float:
-    """``expr`` in float64 with the symbols at ``at``; shared subexpressions are evaluated once."""
-    if expr in memo:
-        return memo[expr]
-    if expr in at:
-        value = at[expr]
-    elif expr.is_Number or expr in (sympy.pi, sympy.E):
-        value = float(expr)
-    elif expr.is_Add:
-        value = math.fsum(_float_at(arg, at, memo) for arg in expr.args)
-    elif expr.is_Mul:
-        value = math.prod(_float_at(arg, at, memo) for arg in expr.args)
-    elif expr.is_Pow:
-        value = math.pow(_float_at(expr.base, at, memo), _float_at(expr.exp, at, memo))
-    elif expr.func in _FLOAT_FUNCTIONS:
-        value = _FLOAT_FUNCTIONS[expr.func](*(_float_at(arg, at, memo) for arg in expr.args))
-    else:  # a form the float table does not know (sign(x) from abs, acos(6) as a complex number)
-        number = complex(expr.xreplace({s: sympy.Float(v) for s, v in at.items()}).evalf())
-        if number.imag != 0:
-            raise ValueError("not real")
-        value = number.real
-    memo[expr] = value
-    return value
