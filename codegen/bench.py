@@ -362,15 +362,9 @@ def _counted_event(event) -> bool:
 def saved_bytes(action: Callable[[], object], exclude: set[int] = frozenset()):
     """(bytes, result): the unique storages autograd saves while ``action`` runs, by data pointer,
     leaving out the storages in ``exclude`` (the inputs' and the cotangents')."""
-    storages: dict[int, int] = {}
+    from .memory import saved_storages
 
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        result = action()  # kept alive until counted: no storage is freed and reused meanwhile
+    storages, result = saved_storages(action)
     return sum(n for ptr, n in storages.items() if ptr and ptr not in exclude), result
 
 

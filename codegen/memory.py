@@ -61,7 +61,9 @@ def saved_counts(fn, spec) -> tuple[int, int]:
         return _saved(lambda: fn(*inputs), exclude), _saved(first_order, exclude)
 
 
-def _saved(action, exclude: set[int]) -> int:
+def saved_storages(action):
+    """(data pointer -> bytes of each storage autograd saves while ``action`` runs, its result).
+    The result keeps them alive, so no storage is freed and reused before it is counted."""
     storages: dict[int, int] = {}
 
     def pack(tensor):
@@ -70,11 +72,14 @@ def _saved(action, exclude: set[int]) -> int:
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        kept = action()  # alive until counted: no storage is freed and reused meanwhile
+        result = action()
+    return storages, result
+
+
+def _saved(action, exclude: set[int]) -> int:
+    storages, _kept = saved_storages(action)
     full = SIZE * 8
-    count = sum(1 for ptr, nbytes in storages.items() if ptr and ptr not in exclude and nbytes >= full)
-    del kept
-    return count
+    return sum(1 for ptr, nbytes in storages.items() if ptr and ptr not in exclude and nbytes >= full)
 
 
 def module_function(plan):
@@ -89,14 +94,10 @@ def module_function(plan):
 
 def composed_function(plan):
     """The expression written directly in torch ops, as the generated tests' ``composed``."""
-    from .printer import TorchPrinter
+    from .render import composed_code
 
     spec = plan.spec
-    printer = TorchPrinter(spec.inputs, fold_sums=False)
-    value = printer.doprint(plan.expr)
-    missing = [name for name in spec.inputs if name not in {str(s) for s in plan.expr.free_symbols}]
-    if missing:  # as the generated tests' composed: every input in the graph
-        value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
+    value, _ = composed_code(plan)
     params = "".join(f", {name}={value!r}" for name, value in spec.params)
     source = f"import math\nimport torch\n\ndef composed({', '.join(spec.inputs)}{params}):\n    return {value}\n"
     return _module(source, "dbgen_memory_composed").composed

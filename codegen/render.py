@@ -128,14 +128,22 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     ))
 
 
-def render_tests(plan: ModulePlan, digest: str) -> str:
+def composed_code(plan: ModulePlan) -> tuple[str, TorchPrinter]:
+    """The expression written directly in torch ops (the tests' and the memory check's reference,
+    as a user writes it), and its printer (which knows whether it needs ``math``)."""
     spec = plan.spec
-    printer = TorchPrinter(spec.inputs, fold_sums=False)  # the reference, as a user writes it
+    printer = TorchPrinter(spec.inputs, fold_sums=False)
     value = printer.doprint(plan.expr)
     missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in plan.expr.free_symbols]
     if missing:
         # keep every input in the graph, so the reference has the broadcast shape and dtype
         value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
+    return value, printer
+
+
+def render_tests(plan: ModulePlan, digest: str) -> str:
+    spec = plan.spec
+    value, printer = composed_code(plan)
     shapes = _test_shapes(len(spec.inputs))
     other_params = other_param_values(plan.expr, spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
