@@ -20,6 +20,7 @@ from .write import header, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+CHECKS_FILE = "_dbgen_checks.py"  # the generated tests' shared checks, one per tests folder
 
 
 class SpecsPathError(SpecErrors):
@@ -195,14 +196,15 @@ def tests_layout(out: Path, tests: Path | None) -> TestsLayout:
 
 
 def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from: Path | None) -> dict[str, str]:
-    """OUT/__init__.py, and the tests' conftest.py and package markers. Their headers hash only
-    what they depend on (the set of names, the version), so that editing one spec rewrites that
-    spec's files only; they are read back when up to date (rendering imports SymPy, 0.6 s: most
-    of an unchanged rebuild)."""
+    """OUT/__init__.py, and the tests' conftest.py, shared checks and package markers. Their headers
+    hash only what they depend on (the set of names, the version), so that editing one spec
+    rewrites that spec's files only; they are read back when up to date (rendering imports SymPy,
+    0.6 s: most of an unchanged rebuild)."""
     init_digest = hashlib.sha256(f"dbgen {__version__}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
-    support_digest = hashlib.sha256(f"dbgen {__version__} tests support\n".encode()).hexdigest()
+    support_digest = _support_digest()
     wanted = {"__init__.py": (init_digest, lambda: render_init(names, shown, init_digest)),
-              layout.path("conftest.py"): (support_digest, lambda: render_support("conftest.py", shown, support_digest))}
+              layout.path("conftest.py"): (support_digest, lambda: render_support("conftest.py", shown, support_digest)),
+              layout.path(CHECKS_FILE): (support_digest, lambda: render_support("dbgen_checks.py", shown, support_digest))}
     for marker in layout.markers():
         wanted[marker] = (support_digest, lambda: render_support("tests_init.py", shown, support_digest))
     files = {}
@@ -210,6 +212,11 @@ def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from
         kept = _reusable(reuse_from / rel, header(shown, digest)) if reuse_from else None
         files[rel] = kept if kept is not None else render()
     return files
+
+
+def _support_digest() -> str:
+    """The header digest of the tests' files that depend on no spec: the version decides them."""
+    return hashlib.sha256(f"dbgen {__version__} tests support\n".encode()).hexdigest()
 
 
 def render_init(names: list[str], specs_path: str, digest: str) -> str:
@@ -240,8 +247,10 @@ def plan_spec(spec: Spec, rewrite: bool = True):
 
 
 def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:
-    """The module and test file of one spec; work past ``limits`` is a problem on its ``expr`` line."""
-    return _generate_noting(spec, rewrite, limits)[0]
+    """The module and test file of one spec, and the checks the test file imports (so that the
+    files run as they are written); work past ``limits`` is a problem on its ``expr`` line."""
+    files = _generate_noting(spec, rewrite, limits)[0]
+    return {**files, f"tests/{CHECKS_FILE}": render_support("dbgen_checks.py", spec.path, _support_digest())}
 
 
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:

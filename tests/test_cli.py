@@ -65,7 +65,7 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
     }
 
 
-PACKAGE_FILES = {"__init__.py", "tests/__init__.py", "tests/conftest.py"}
+PACKAGE_FILES = {"__init__.py", "tests/__init__.py", "tests/conftest.py", "tests/_dbgen_checks.py"}
 
 
 def expected_files(names) -> set[str]:

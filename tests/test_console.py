@@ -76,7 +76,7 @@ def test_verbose_build_tells_each_spec_and_file(project):
     assert re.search(r"^specs/exp.yaml: generated in \d+\.\d\d s$", result.stderr, re.M), result.stderr
     assert re.search(r"^specs/square.yaml: generated in \d+\.\d\d s$", result.stderr, re.M)
     assert "generated/square.py: written" in result.stderr
-    assert "dbgen: 2 spec(s) -> generated/ (7 file(s) written)" in result.stdout  # 2 modules, 2 tests, 3 package files
+    assert "dbgen: 2 spec(s) -> generated/ (8 file(s) written)" in result.stdout  # 2 modules, 2 tests, 4 shared files
     again = invoke("build", "specs", "--verbose")
     assert "specs/exp.yaml: up to date, skipped" in again.stderr
     assert "specs/square.yaml: up to date, skipped" in again.stderr

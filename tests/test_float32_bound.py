@@ -40,14 +40,10 @@ def _generated_tests(tmp_path, name, rewrite=True, **spec):
     return import_path(tmp_path / "out" / "tests" / f"test_{name}.py")
 
 
-def _param_sets(tests):
-    return [tests.PARAMS, *([tests.OTHER_PARAMS] if hasattr(tests, "OTHER_PARAMS") else [])]
-
-
 @pytest.mark.parametrize("name", sorted(HARD_IN_FLOAT32))
 def test_float32_test_passes_where_float32_itself_loses_accuracy(tmp_path, name):
     tests = _generated_tests(tmp_path, name, **HARD_IN_FLOAT32[name])
-    for params in _param_sets(tests):
+    for params in tests.CASE.param_sets:
         tests.test_float32_is_finite_and_close_where_float64_is(params)
 
 
@@ -56,8 +52,8 @@ def test_gelu_tanh_wide_is_beyond_a_fixed_bound_for_autograd_too(tmp_path):
     tests = _generated_tests(tmp_path, "gelu_tanh_wide", **HARD_IN_FLOAT32["gelu_tanh_wide"])
     x32 = torch.tensor([-4.0, 4.0], requires_grad=True)
     x64 = x32.detach().double().requires_grad_()
-    plain = tests.elementwise_derivatives(tests.composed, [x32], 3)[3][0].detach().double()
-    truth = tests.elementwise_derivatives(tests.composed, [x64], 3)[3][0].detach()
+    plain = tests.checks.elementwise_derivatives(tests.composed, [x32], 3, {})[3][0].detach().double()
+    truth = tests.checks.elementwise_derivatives(tests.composed, [x64], 3, {})[3][0].detach()
     assert ((plain - truth).abs() / truth.abs()).max() > 1e-4
 
 
@@ -78,7 +74,7 @@ def test_float32_test_fails_where_the_generated_code_is_worse_than_plain_torch(t
     tests = _generated_tests(tmp_path, name, **spec)
     monkeypatch.setattr(tests.generated, name, _spoiled(getattr(tests.generated, name), 1e-3))
     with pytest.raises(AssertionError, match="autograd through the composed expression in float32 gets"):
-        tests.test_float32_is_finite_and_close_where_float64_is(tests.PARAMS)
+        tests.test_float32_is_finite_and_close_where_float64_is(tests.CASE.params)
 
 
 def test_float32_test_fails_on_nan_where_plain_torch_is_finite(tmp_path, monkeypatch):
@@ -91,7 +87,7 @@ def test_float32_test_fails_on_nan_where_plain_torch_is_finite(tmp_path, monkeyp
 
     monkeypatch.setattr(tests.generated, "silu", nan_far_out)
     with pytest.raises(AssertionError, match="at \\[\\[100.0\\]\\]"):
-        tests.test_float32_is_finite_and_close_where_float64_is(tests.PARAMS)
+        tests.test_float32_is_finite_and_close_where_float64_is(tests.CASE.params)
 
 
 def test_nothing_is_demanded_where_plain_torch_is_not_finite(tmp_path):
@@ -101,7 +97,7 @@ def test_nothing_is_demanded_where_plain_torch_is_not_finite(tmp_path):
     at_100 = torch.tensor([100.0], requires_grad=True)
     assert not torch.isfinite(tests.generated.softplus_written_out(at_100)).all()
     assert not torch.isfinite(tests.composed(at_100)).all()
-    tests.test_float32_is_finite_and_close_where_float64_is(tests.PARAMS)
+    tests.test_float32_is_finite_and_close_where_float64_is(tests.CASE.params)
 
 
 # An explicit domain, even one equal to the default, is where the tests probe ----------------------
@@ -131,7 +127,7 @@ def test_an_explicit_default_domain_changes_the_digest(tmp_path):
 
 def _stability_points(tmp_path, **spec):
     build_spec(tmp_path, name="f", order=1, **spec)
-    return import_path(tmp_path / "out" / "tests" / "test_f.py").STABILITY_POINTS
+    return import_path(tmp_path / "out" / "tests" / "test_f.py").CASE.stability_points
 
 
 FAR = (-100.0, -40.0, -20.0, -2.0, 2.0, 20.0, 40.0, 100.0)

@@ -38,7 +38,7 @@ def test_writes_a_spec_that_builds(here):
     assert spec.params == (("beta", 1.0),) and spec.strategy == "save_outputs"
     assert spec.doc == 'Swish, "self-gated".'
     assert set(pipeline.generate(path)) == {"swish.py", "tests/test_swish.py", "__init__.py", "tests/__init__.py",
-                                            "tests/conftest.py"}
+                                            "tests/conftest.py", "tests/_dbgen_checks.py"}
 
 
 def test_first_line_points_at_a_schema_written_beside_it(here):

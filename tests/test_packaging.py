@@ -22,7 +22,8 @@ import pytest
 import codegen
 
 REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = ("module.py.jinja", "test_module.py.jinja", "init.py.jinja", "conftest.py.jinja", "tests_init.py.jinja")
+TEMPLATES = ("module.py.jinja", "test_module.py.jinja", "init.py.jinja", "conftest.py.jinja", "tests_init.py.jinja",
+             "dbgen_checks.py.jinja")
 BIN = "Scripts" if os.name == "nt" else "bin"
 EXE = ".exe" if os.name == "nt" else ""
 
@@ -98,4 +99,4 @@ def test_installed_wheel_builds_from_another_folder(venv, tmp_path):
     assert sorted(installed) == sorted(editable)
     assert [rel for rel in installed if installed[rel] != editable[rel]] == []
     specs = [p for p in (REPO / "specs").rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
-    assert "__init__.py" in installed and len(installed) == 2 * len(specs) + 3  # and tests/__init__.py, conftest.py
+    assert "__init__.py" in installed and len(installed) == 2 * len(specs) + 4  # and tests/__init__.py, conftest.py, checks

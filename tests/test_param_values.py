@@ -7,7 +7,10 @@ the generated tests (tests/test_generated_tests_catch_bugs.py corrupts a param i
 
 from __future__ import annotations
 
+import inspect
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from codegen.expr import parse_expr
 from codegen.param_values import other_param_values
+from helpers import import_path
 from test_properties import R, evaluate, scaled, text, trees
 
 DEFAULT = (-2.0, 2.0)
@@ -91,19 +95,27 @@ def test_other_values_of_random_formulas_are_finite_where_torch_says_so(case):
     assert torch.isfinite(value).all() and torch.isfinite(gradient).all(), (expr, other)
 
 
+PARAMS_TESTS = ("test_value_matches_composed", "test_gradcheck", "test_gradgradcheck", "test_derivatives_match_composed",
+                "test_forward_mode_dual_numbers_match_composed", "test_float32_is_finite_and_close_where_float64_is")
+
+
 def test_generated_tests_take_both_param_sets(build, tmp_path):
     build(name="swish", expr="x * sigmoid(beta * x)", inputs=["x"], params={"beta": 1.0}, order=2)
-    source = (tmp_path / "out" / "tests" / "test_swish.py").read_text()
-    assert 'OTHER_PARAMS = {"beta": 1.25}' in source
-    assert 'ids=["default_params", "other_params"]' in source
-    for test in ("test_value_matches_composed(seed, params)", "test_gradcheck(params)", "test_gradgradcheck(params)",
-                 "test_derivatives_match_composed(order, params)", "test_forward_mode_dual_numbers_match_composed(params)",
-                 "test_float32_is_finite_and_close_where_float64_is(params)"):
-        assert f"def {test}:" in source
+    path = tmp_path / "out" / "tests" / "test_swish.py"
+    assert 'other_params={"beta": 1.25}' in path.read_text()
+    tests = import_path(path)
+    assert tests.CASE.param_sets == [{"beta": 1.0}, {"beta": 1.25}]
+    for test in PARAMS_TESTS:
+        assert "params" in inspect.signature(getattr(tests, test)).parameters, test
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(path)],
+                               capture_output=True, text=True, cwd=tmp_path, timeout=300).stdout
+    for test in PARAMS_TESTS:
+        assert f"::{test}[default_params" in collected and f"::{test}[other_params" in collected, collected
 
 
 def test_without_other_values_the_generated_tests_say_so(build, tmp_path):
     build(name="arc", expr="acos(q**2 - 8) + x", inputs=["x"], params={"q": 3.0}, order=1)
-    source = (tmp_path / "out" / "tests" / "test_arc.py").read_text()
-    assert "OTHER_PARAMS" not in source
-    assert "params are tested at their defaults only" in source
+    path = tmp_path / "out" / "tests" / "test_arc.py"
+    assert "other_params" not in path.read_text()
+    assert "tested at the defaults only" in path.read_text()
+    assert import_path(path).CASE.param_sets == [{"q": 3.0}]

@@ -15,13 +15,14 @@ import torch
 from helpers import import_path
 
 
-def strictly_finite_and_close(tests, name: str, params) -> None:
+def strictly_finite_and_close(tests, params) -> None:
     """Asserts the rewrites' promise on a generated test module: its float32 derivatives are finite
     and within 1e-4 of float64 wherever float64 is finite, whatever plain torch manages there."""
-    columns = tests.stability_points()
-    order = min(tests.ORDER, 3)
-    ours = tests.elementwise_derivatives(getattr(tests.generated, name), [c.clone().requires_grad_() for c in columns], order, params)
-    truth = tests.elementwise_derivatives(tests.composed, [c.double().requires_grad_() for c in columns], order, params)
+    case, derivatives = tests.CASE, tests.checks.elementwise_derivatives
+    columns = case.stability_columns()
+    order = min(case.order, 3)
+    ours = derivatives(case.function, [c.clone().requires_grad_() for c in columns], order, params)
+    truth = derivatives(case.composed, [c.double().requires_grad_() for c in columns], order, params)
     for level, (got_level, want_level) in enumerate(zip(ours, truth)):
         for index, (got, want) in enumerate(zip(got_level, want_level)):
             got, want = got.detach().double(), want.detach()
@@ -30,10 +31,6 @@ def strictly_finite_and_close(tests, name: str, params) -> None:
             bad = where & ~((got - want).abs() <= bound)
             points = [c[bad].tolist() for c in columns]
             assert not bad.any(), f"order {level}, derivative {index}: at {points} got {got[bad]}, want {want[bad]}"
-
-
-def param_sets(tests) -> list[dict]:
-    return [tests.PARAMS, *([tests.OTHER_PARAMS] if hasattr(tests, "OTHER_PARAMS") else [])]
 
 
 STRATEGIES = ["auto", "save_inputs", "save_outputs", "intermediates", "nested"]
@@ -58,9 +55,9 @@ def test_float32_derivatives_are_finite_and_close_far_from_the_origin(tmp_path, 
 
     build_spec(tmp_path, **dict(SPECS[name], name=name, order=2, strategy=strategy))
     tests = import_path(tmp_path / "out" / "tests" / f"test_{name}.py")
-    for params in param_sets(tests):
+    for params in tests.CASE.param_sets:
         tests.test_float32_is_finite_and_close_where_float64_is(params)
-        strictly_finite_and_close(tests, name, params)
+        strictly_finite_and_close(tests, params)
 
 
 @pytest.mark.parametrize("name", ["logistic_loss", "log_add_exp", "softplus_written_out", "log_cosh", "tanh_ratio"])
@@ -75,4 +72,4 @@ def test_without_the_rewrites_the_same_check_fails(tmp_path, name):
     write.write_files(tmp_path / "out", pipeline.generate(specs, root=tmp_path, rewrite=False))
     tests = import_path(tmp_path / "out" / "tests" / f"test_{name}.py")
     with pytest.raises(AssertionError):
-        strictly_finite_and_close(tests, name, tests.PARAMS)
+        strictly_finite_and_close(tests, tests.CASE.params)

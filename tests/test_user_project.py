@@ -82,7 +82,8 @@ def test_tests_set_apart_collect_and_pass_and_check_knows_them(tmp_path, how):
     args = ("--tests-out", "tests/generated") if how == "option" else ()
     assert dbgen("build", "specs", *args, cwd=root).returncode == 0
     assert files_under(root / "generated") == {"__init__.py", "square.py"}
-    assert files_under(root / "tests") == {"test_square.py", "generated/conftest.py", "generated/test_dbgen_square.py"}
+    assert files_under(root / "tests") == {"test_square.py", "generated/conftest.py", "generated/_dbgen_checks.py",
+                                           "generated/test_dbgen_square.py"}
     assert dbgen("check", "specs", *args, cwd=root).returncode == 0
     result = plain_pytest(root, "--strict-markers", "-m", "not compile")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
@@ -107,7 +108,7 @@ def test_moving_the_tests_leaves_the_old_ones_as_orphans(tmp_path):
     moved = dbgen("build", "specs", "--tests-out", "checks", "--prune", cwd=root)
     assert moved.returncode == 0, moved.stderr
     assert files_under(root / "generated") == {"__init__.py", "square.py"}
-    assert files_under(root / "checks") == {"conftest.py", "test_dbgen_square.py"}
+    assert files_under(root / "checks") == {"conftest.py", "_dbgen_checks.py", "test_dbgen_square.py"}
 
 
 def test_tests_in_a_subfolder_of_the_output_are_packages_of_it(tmp_path):
@@ -115,6 +116,6 @@ def test_tests_in_a_subfolder_of_the_output_are_packages_of_it(tmp_path):
     assert dbgen("build", "specs", "--tests-out", "generated/checks/deep", cwd=root).returncode == 0
     assert files_under(root / "generated") == {"__init__.py", "square.py", "checks/__init__.py",
                                                "checks/deep/__init__.py", "checks/deep/conftest.py",
-                                               "checks/deep/test_square.py"}
+                                               "checks/deep/_dbgen_checks.py", "checks/deep/test_square.py"}
     result = plain_pytest(root, "--strict-markers", "-m", "not compile")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
