@@ -150,6 +150,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         header=header(spec.path, digest),
         spec=spec,
         uses_math=printer.uses_math,
+        uses_torch="torch." in value,  # x**2 needs no torch
         composed=value,
         signature=_signature(spec),
         params={name: repr(v) for name, v in spec.params},
