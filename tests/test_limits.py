@@ -307,8 +307,8 @@ def test_a_candidate_over_its_share_of_the_time_leaves_the_rest_to_the_others():
 
 ANI_PARAMS = {"zeta": 32.0, "ShfZ": 0.19634954, "EtaA": 8.0, "ShfA": 0.9, "Rc": 3.5}
 # TorchANI's angular AEV term: nested at order 3, its level 3 holds 18,789 nodes as written here,
-# 17,801 in TorchANI's own spelling (2 * ((1 + cos(theta - ShfZ))/2)**zeta * ...), and 22,246 in the
-# spelling issue 12 measured: the old default of 20,000 had no room for what a spelling changes
+# 17,801 in TorchANI's own spelling (2 * ((1 + cos(theta - ShfZ))/2)**zeta * ...); issue 12 reported
+# 22,246 for a spelling not reproduced here: the old default of 20,000 had no room for what a spelling changes
 ANI_ANGULAR = (
     "name: ani_angular\n"
     "expr: 2**(1 - zeta) * (1 + cos(theta - ShfZ))**zeta * exp(-EtaA*((r1 + r2)/2 - ShfA)**2)"
