@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -93,22 +94,43 @@ def imported_specs(code: str) -> list[str]:
             for name in names.split(",")]
 
 
-def prepare_project(example: Example, project: Path) -> None:
-    """Run what stands above ``example`` on its page, or build the specs it imports."""
-    earlier = [e for e in examples(example.document) if e.line < example.line]
-    shell = [e for e in earlier if e.action == "run" and e.language == "sh"]
-    if not shell:
-        (project / "specs").mkdir()
-        for name in imported_specs(example.text):
-            (project / "specs" / f"{name}.yaml").write_text((ROOT / "specs" / f"{name}.yaml").read_text())
-        run_dbgen(["dbgen", "build", "specs", "-o", "generated", "-q"], project)
-        return
-    for before in earlier:
-        if before.action == "run" and before.language == "sh":
-            for words in dbgen_commands(before.text):
-                run_dbgen(words, project)
-        elif before.action == "expect":
-            check_expected(before, project)
+def _earlier(example: Example) -> list[Example]:
+    return [e for e in examples(example.document) if e.line < example.line]
+
+
+def setup_commands(example: Example) -> tuple[tuple[str, ...], ...]:
+    """The dbgen commands that make ``example``'s project: those of the shell examples above it
+    on its page, or a build of the specs that the page's runnable blocks import (one build serves
+    the whole page)."""
+    shell = [e for e in _earlier(example) if e.action == "run" and e.language == "sh"]
+    if shell:
+        return tuple(tuple(words) for e in shell for words in dbgen_commands(e.text))
+    page = [e for e in examples(example.document) if e.action == "run" and e.language == "python"]
+    names = sorted({name for e in page for name in imported_specs(e.text)})
+    return (("copy-specs", *names), ("dbgen", "build", "specs", "-o", "generated", "-q"))
+
+
+def make_project(commands: tuple[tuple[str, ...], ...], project: Path) -> None:
+    project.mkdir(parents=True)
+    for words in commands:
+        if words[0] == "copy-specs":
+            (project / "specs").mkdir()
+            for name in words[1:]:
+                (project / "specs" / f"{name}.yaml").write_text((ROOT / "specs" / f"{name}.yaml").read_text())
+        else:
+            run_dbgen(list(words), project)
+
+
+def prepare_project(example: Example, project: Path, made: dict[tuple, Path]) -> None:
+    """Make ``project`` what a reader has before ``example``: a copy of a project that the same
+    commands made before (kept in ``made``), else a new one; then check the files the page shows."""
+    commands = setup_commands(example)
+    if commands not in made:
+        made[commands] = project.parent / f"made-{len(made)}"
+        make_project(commands, made[commands])
+    shutil.copytree(made[commands], project)
+    for expected in (e for e in _earlier(example) if e.action == "expect"):
+        check_expected(expected, project)
 
 
 def run_python(example: Example, project: Path) -> str:

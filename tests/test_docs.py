@@ -60,10 +60,17 @@ def test_the_pages_hold_the_examples_the_tests_run():
     assert any(e.action == "expect" for e in all_examples())
 
 
+@pytest.fixture(scope="module")
+def built_projects() -> dict:
+    """Projects made once per set of steps (the README and getting started share theirs)."""
+    return {}
+
+
 @pytest.mark.parametrize("example", _params(runnable_python()))
-def test_example_runs_in_a_fresh_project(example: Example, tmp_path):
-    prepare_project(example, tmp_path)
-    output = run_python(example, tmp_path)
+def test_example_runs_in_a_fresh_project(example: Example, built_projects, tmp_path_factory):
+    project = tmp_path_factory.mktemp("project")
+    prepare_project(example, project / "example", built_projects)
+    output = run_python(example, project / "example")
     check = OUTPUT_CHECKS.get(example.id.split(":")[0])
     if check is not None:
         check(output)
