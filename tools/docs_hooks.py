@@ -121,7 +121,7 @@ RENDERERS = {
 }
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' signature)
+def on_page_markdown(markdown: str, page, config, files) -> str:
     for marker, render in RENDERERS.items():
         if marker in markdown:
             markdown = markdown.replace(marker, render())
