@@ -66,7 +66,7 @@ def command_help(args: list[str]) -> str:
     result = CliRunner().invoke(app, [*args, "--help"], prog_name="dbgen", env=_help_environment())
     if result.exit_code != 0:
         raise RuntimeError(f"dbgen {' '.join(args)} --help exited {result.exit_code}: {result.output}")
-    return "\n".join(line.rstrip() for line in result.output.strip("\n").splitlines())
+    return "\n".join(line.rstrip() for line in result.output.splitlines()).strip("\n")
 
 
 def cli_reference() -> str:
