@@ -123,8 +123,10 @@ def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int 
         paths = (project_path(root, DEFAULT_SPECS),)
     else:
         where = _shown(root / PYPROJECT) if root else "a pyproject.toml"
-        raise ConfigError("no SPECS given and no specs/ folder here; name spec files or folders (e.g. dbgen build "
-                          f'specs/), or set specs = "specs" under [tool.dbgen] in {where}')
+        folder = _folder_with_specs(Path.cwd())
+        example = f"dbgen build {folder}/" if folder else "dbgen build SPECS"
+        raise ConfigError(f"no SPECS given and no specs/ folder here; name spec files or folders (e.g. {example}), "
+                          f'or set specs = "{folder or "specs"}" under [tool.dbgen] in {where}')
     return Settings(
         specs=paths,
         output=output if output is not None else project_path(root, table.get("output", DEFAULT_OUTPUT)),
@@ -133,6 +135,15 @@ def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int 
         root=root,
         tests=tests if tests is not None else (project_path(root, table["tests"]) if "tests" in table else None),
     )
+
+
+def _folder_with_specs(here: Path) -> str | None:
+    """The first folder here (sorted) holding .yaml/.yml files: the user's own, for a hint."""
+    try:
+        folders = sorted(p for p in here.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return next((p.name for p in folders if any(q.suffix in (".yaml", ".yml") for q in p.iterdir())), None)
+    except OSError:
+        return None
 
 
 def project_path(root: Path | None, value: str) -> Path:

@@ -239,7 +239,9 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
     local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
     camel = "".join(part.capitalize() for part in spec.name.split("_"))
     levels = 1 if strategy != "nested" else order
-    bases = [camel] + [camel + "Backward" + (str(k) if k > 1 else "") for k in range(1, levels)]
+    # Level k's class is CamelLevelK, never CamelBackward: autograd names the node of a Function X
+    # "XBackward", so a class of that name would read as Camel's own node in graphs and tracebacks
+    bases = [camel] + [f"{camel}Level{k}" for k in range(1, levels)]
     classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
     if strategy == "nested":
         functions = _nested(classes, expr, inputs, order, namer, stable)

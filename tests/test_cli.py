@@ -133,6 +133,31 @@ def test_command_help(tmp_path, command, options):
         assert option in result.stdout
 
 
+@pytest.mark.parametrize("args, line", [
+    (("build", "--jobs", "0"), "dbgen: invalid value for '--jobs' / '-j': "),
+    (("build", "--time-limit", "soon"), "dbgen: invalid value for '--time-limit': "),
+    (("build", "--bogus"), "dbgen: no such option: --bogus"),
+    (("show",), "dbgen: missing argument 'SPEC'; see 'dbgen show --help'"),
+    (("graph", "specs/sinh.yaml"), "dbgen: missing option '-o' / '--output'; see 'dbgen graph --help'"),
+    (("new", "swish"), "dbgen: missing option '--expr'; see 'dbgen new --help'"),
+    (("frobnicate",), "dbgen: no such command 'frobnicate'; see 'dbgen --help'"),
+])
+def test_usage_errors_are_one_dbgen_line(specs_only, args, line):
+    """click's usage errors read like every other error: one 'dbgen: ...' line, exit 2, no box and
+    no usage block (click printed 'Usage: ...', a hint and the error framed in a box)."""
+    result = dbgen(*args, cwd=specs_only)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(line), result.stderr
+    assert "Usage" not in result.stderr and "╭" not in result.stderr and "Error" not in result.stderr
+
+
+def test_no_arguments_prints_the_help(tmp_path):
+    result = dbgen(cwd=tmp_path)
+    assert result.stderr.startswith("Usage: dbgen [OPTIONS] COMMAND [ARGS]...") or \
+        result.stdout.startswith("Usage: dbgen [OPTIONS] COMMAND [ARGS]...")
+
+
 def test_main_module_runs_nothing_on_import(tmp_path):
     result = python("import codegen.__main__", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -190,6 +215,25 @@ def test_init_imports_every_function(built):
         "x = torch.tensor([1.5, -2.0], dtype=torch.float64)\n"
         "assert torch.equal(out.square(x), x * x)\n"
         "torch.testing.assert_close(out.exp(x), torch.exp(x))\n"
+        "print('ok')\n"
+    )
+    result = python(code, cwd=built)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_package_names_are_the_functions_and_the_modules_are_one_import_away(built):
+    """``out.cube`` is the function (the package imports it under the module's name); its module,
+    with ORDER, STRATEGY and the classes, is reached by importing from it, as the package says."""
+    code = (
+        "import importlib, inspect, out, out.cube\n"
+        "assert inspect.isfunction(out.cube)\n"
+        "from out.cube import ORDER, STRATEGY, Cube\n"
+        "module = importlib.import_module('out.cube')\n"
+        "assert module.ORDER == ORDER == 3 and module.STRATEGY == STRATEGY and module.cube is out.cube\n"
+        "assert 'from PACKAGE.cube import ORDER' in out.__doc__\n"
+        "assert 'importlib.import_module(\"PACKAGE.cube\")' in out.__doc__\n"
+        "assert 'is the function' in out.__doc__\n"
         "print('ok')\n"
     )
     result = python(code, cwd=built)

@@ -171,8 +171,20 @@ def test_missing_specs_without_a_table_says_what_to_do(tmp_path, monkeypatch):
     for command in ("build", "check"):
         result = invoke(command)
         assert result.exit_code == 2
-        assert "no SPECS given" in result.stderr and "dbgen build specs/" in result.stderr
+        assert "no SPECS given" in result.stderr and "e.g. dbgen build SPECS)" in result.stderr
         assert "[tool.dbgen]" in result.stderr
+
+
+def test_missing_specs_hint_names_the_users_own_folder(tmp_path, monkeypatch):
+    """The example is a folder of this project that holds specs, not a specs/ that does not exist."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "swish.yaml").write_text("name: swish\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("build")
+    assert result.exit_code == 2
+    assert "(e.g. dbgen build ops/)" in result.stderr and 'set specs = "ops" under [tool.dbgen]' in result.stderr
+    assert "specs/)" not in result.stderr
 
 
 # --- bare build and check ------------------------------------------------------------------------------

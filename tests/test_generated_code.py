@@ -184,9 +184,9 @@ def test_tutorial_patterns_are_what_the_examples_generate():
     assert "ctx.save_for_backward(out)" in src["exp"]
     assert "return out, exp_x, exp_neg_x" in src["sinh"]
     assert "def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):" in src["sinh"]
-    assert "CubeBackwardForCompile if torch.compiler.is_compiling() else CubeBackward\n" in src["cube"]
+    assert "CubeLevel1ForCompile if torch.compiler.is_compiling() else CubeLevel1\n" in src["cube"]
     assert "return level.apply(grad_out, x)" in src["cube"]
-    assert "class CubeBackward2(CubeBackward2ForCompile):" in src["cube"]
+    assert "class CubeLevel2(CubeLevel2ForCompile):" in src["cube"]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
