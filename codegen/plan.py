@@ -137,6 +137,18 @@ class Namer:
         return name
 
 
+def temporary_names(taken):
+    """``name_for(expr)``: fresh names, from what they hold, for temporaries the printer adds
+    (``TorchPrinter.name_for``), avoiding ``taken`` and the module's names."""
+    namer = Namer({*taken, *_MODULE_NAMES})
+
+    def name_for(value: sympy.Expr) -> str:
+        base = _describe(value)
+        return namer.fresh(base, numbered=base == "t")
+
+    return name_for
+
+
 def _suffixed(base: str):
     yield base
     for i in range(1, 10**6):

@@ -15,7 +15,7 @@ import jinja2
 import sympy
 
 from .param_values import other_param_values
-from .plan import Block, FunctionPlan, ModulePlan, Result
+from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from .printer import TorchPrinter
 from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
@@ -318,6 +318,7 @@ def _keywords(names) -> str:
 def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
     printer = _block_printer(fn.forward, fn.inputs, fold_sums=plan.strategy == "nested")
+    printer.name_for = _fold_names(fn, plan)
     printers.append(printer)
     forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
     backward_lines, backward_return = _backward(fn, plan, printers)
@@ -417,6 +418,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     nested = plan.strategy == "nested"  # else autograd differentiates this backward at second order
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=nested,
                              scaled_last=() if nested else fn.cotangents)
+    printer.name_for = _fold_names(fn, plan) if not fn.accumulations else None  # no line before an `if`
     printers.append(printer)
     if fn.accumulations:
         lines += _accumulation_lines(fn, printer)
@@ -461,12 +463,29 @@ def _used_names(block: Block | None) -> set[str]:
     return {str(s) for s in block.reads}
 
 
+def _fold_names(fn: FunctionPlan, plan: ModulePlan):
+    """Names for the temporaries a folding printer adds in ``fn`` (``TorchPrinter.name_for``):
+    none of the names the function's code already uses."""
+    blocks = [block for block in (fn.forward, fn.backward, fn.jvp) if block is not None]
+    taken = {*fn.inputs, *fn.saved, *fn.cotangents, *fn.tangents, *fn.outputs, *fn.values,
+             *plan.spec.param_names, *(name for _, name in plan.locals), plan.spec.name,
+             *(name for block in blocks for name, _ in block.temporaries),
+             *(r.name for block in blocks for r in block.results),
+             *(f.class_name for f in plan.functions), *(f.compile_name for f in plan.functions)}
+    return temporary_names(taken)
+
+
 def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> list[str]:
-    """Temporaries, then results; ``anchor`` is a tensor in scope with the common shape."""
-    lines = [f"{name} = {printer.doprint(value)}" for name, value in block.temporaries]
+    """Temporaries, then results; ``anchor`` is a tensor in scope with the common shape. Each
+    line comes after the temporaries its printing added (``TorchPrinter.take_hoisted``)."""
+    lines = []
+    for name, value in block.temporaries:
+        code = printer.doprint(value)
+        lines += [*printer.take_hoisted(), f"{name} = {code}"]
     for result in block.results:
         if result.expr != sympy.Symbol(result.name, real=True):  # else a temporary already holds it
-            lines.append(f"{result.name} = {_result_code(result, printer, in_scope, anchor, forward)}")
+            code = _result_code(result, printer, in_scope, anchor, forward)
+            lines += [*printer.take_hoisted(), f"{result.name} = {code}"]
     return lines
 
 

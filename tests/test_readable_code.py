@@ -1,5 +1,6 @@
 """Generated code a person can check by eye: temporaries named from what they hold
-(plan._describe), short and deterministic, numbered only where nothing describes them."""
+(plan._describe), short and deterministic, numbered only where nothing describes them; no call
+nested more than two deep in the Functions (folded sums get named temporaries)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,19 @@ def test_no_temporary_is_numbered_and_every_name_is_short(nested):
     too_long = [name for name in names if len(name) > MAX_NAME + 2]  # + a "_1" suffix
     assert not too_long
 
+
+def _call_depth(node: ast.AST) -> int:
+    inner = max((_call_depth(child) for child in ast.iter_child_nodes(node)), default=0)
+    return inner + isinstance(node, ast.Call)
+
+
+def test_no_call_nests_more_than_two_deep_in_the_functions(nested):
+    """Folded sums were torch.addcmul(torch.addcmul(... five deep; now each inner fold is a
+    named temporary. Every statement of every generated Function is checked."""
+    deep = []
+    for path in sorted(nested.glob("*.py")):
+        for top in ast.parse(path.read_text()).body:
+            if isinstance(top, ast.ClassDef):
+                deep += [f"{path.name}: {ast.unparse(node)[:120]}" for node in ast.walk(top)
+                         if isinstance(node, (ast.Assign, ast.Return)) and _call_depth(node) > 2]
+    assert not deep
