@@ -8,6 +8,7 @@ else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 from dataclasses import dataclass, replace
@@ -131,6 +132,8 @@ class Namer:
 
     def fresh(self, base: str, numbered: bool = False) -> str:
         base = re.sub(r"\W", "_", base).strip("_") or "t"
+        if base[0].isdigit() or keyword.iskeyword(base):  # not a Python name
+            base = f"v_{base}"
         candidates = (f"{base}{i}" for i in range(10**6)) if numbered else _suffixed(base)
         name = next(c for c in candidates if c not in self.taken)
         self.taken.add(name)
@@ -769,8 +772,10 @@ def _shifted(term: sympy.Expr, constant: sympy.Expr, depth: int) -> str:
     """c + t as t_plus_1, 1 - t as one_minus_t."""
     coefficient, rest = term.as_coeff_Mul()
     number = _constant(abs(constant)) or "c"
-    if coefficient == -1:  # c - rest
-        return f"{'one' if constant == 1 else number}_minus_{_part(rest, depth)}"
+    if coefficient == -1 and constant == 1:
+        return f"one_minus_{_part(rest, depth)}"
+    if coefficient == -1:  # c - rest: a name must not start with a digit
+        return f"neg_{_part(rest, depth)}_plus_{number}"
     sign = "plus" if constant > 0 else "minus"
     return f"{_part(term, depth)}_{sign}_{number}"
 

@@ -14,7 +14,7 @@ from sympy.codegen.cfunctions import log1p
 
 from codegen import pipeline
 from codegen.expr import sigmoid, softplus
-from codegen.plan import MAX_NAME, _describe
+from codegen.plan import MAX_NAME, Namer, _describe
 
 ROOT = Path(__file__).resolve().parent.parent
 x, y, grad_out = (sympy.Symbol(name, real=True) for name in ("x", "y", "grad_out"))
@@ -34,6 +34,7 @@ LONG = sympy.tanh(sympy.sqrt(2) * x * (sympy.Float(0.044715) * x**2 + 1) / sympy
     (x + 1, "x_plus_1"),
     (1 - sympy.tanh(softplus(x)), "one_minus_tanh"),
     (1 - x, "one_minus_x"),
+    (9 - x**2, "neg_x_pow2_plus_9"),  # a name never starts with a digit
     (sympy.sqrt(2), "sqrt_2"),
     (LONG, "tanh_prod_x"),  # the outermost function and a short form of its argument
     (LONG + 1, "tanh_prod_x_plus_1"),
@@ -86,3 +87,8 @@ def test_no_call_nests_more_than_two_deep_in_the_functions(nested):
                 deep += [f"{path.name}: {ast.unparse(node)[:120]}" for node in ast.walk(top)
                          if isinstance(node, (ast.Assign, ast.Return)) and _call_depth(node) > 2]
     assert not deep
+
+
+def test_a_name_is_always_a_python_name():
+    namer = Namer({"x"})
+    assert [namer.fresh("9_minus_x"), namer.fresh("in"), namer.fresh("x")] == ["v_9_minus_x", "v_in", "x_1"]
