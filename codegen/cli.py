@@ -113,6 +113,7 @@ def build(
     _check_output_dir(output)
     with _locked(output):  # for the whole build: a second one into OUTPUT exits 2 at once
         files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
+                                               line_length=settings.line_length,
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
                                                limits=bounds, tests=layout))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
@@ -166,6 +167,7 @@ def check(
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
     files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
+                                           line_length=settings.line_length,
                                            limits=bounds, tests=layout), writes=False)
     report = write.stale_files(output, files)
     if not report:
