@@ -69,8 +69,8 @@ class Config:
     threads: int = 1
     repeats: int = 10
     dtype: str = "float32"
-    report: Path = Path("bench/report.md")
-    plot: Path = Path("bench/plot.png")
+    report: Path | None = None  # the CLI writes files only where asked (--report, --plot)
+    plot: Path | None = None
     fuse: bool = False
 
     @property
@@ -91,7 +91,7 @@ class Config:
 
 
 def make_config(size: int, orders: str, strategies: str, threads: int, repeats: int, dtype: str,
-                report: Path, plot: Path, fuse: bool = False) -> Config:
+                report: Path | None = None, plot: Path | None = None, fuse: bool = False) -> Config:
     """Validate the command-line values; a wrong one raises ``BenchError``."""
     for name, value in (("--size", size), ("--threads", threads), ("--repeats", repeats)):
         if value < 1:

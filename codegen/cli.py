@@ -18,40 +18,43 @@ from typing import List, Optional  # typer reads these on every supported Python
 import typer
 
 from . import __version__, console, limits
+from .cli_format import DbgenCommand, DbgenGroup
 from .errors import SpecErrors
 
 app = typer.Typer(
+    cls=DbgenGroup,  # one-line 'dbgen: ...' usage errors, exit 2 (cli_format.py)
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: no boxes, no '<bool>' type column
     help="Generate PyTorch autograd Functions whose higher-order derivatives are correct by construction.",
 )
+command = functools.partial(app.command, cls=DbgenCommand)  # usage lines and Arguments as click shows them
 
-SPECS_ARG = typer.Argument(..., help="Spec files, or folders searched recursively for *.yaml / *.yml.")
-OUT_OPT = typer.Option(Path("generated"), "-o", "--output", help="Folder for the generated package.")
+SPECS_ARG = typer.Argument(..., metavar="SPECS", help="Spec files, or folders searched recursively for *.yaml / *.yml.")
 # build and check take their defaults from [tool.dbgen] in pyproject.toml (codegen/config.py)
 CONFIGURED_SPECS_ARG = typer.Argument(
-    None,
+    None, metavar="SPECS",
     help="Spec files, or folders searched recursively for *.yaml / *.yml. "
          "Default: specs in pyproject.toml (tool.dbgen), else specs/.",
 )
 CONFIGURED_OUT_OPT = typer.Option(
-    None, "-o", "--output",
+    None, "-o", "--output", metavar="OUT",
     help="Folder for the generated package. Default: output in pyproject.toml (tool.dbgen), else generated.",
 )
 TESTS_OUT_OPT = typer.Option(
-    None, "--tests-out",
-    help="Folder for the generated tests. Default: tests in pyproject.toml (tool.dbgen), else OUTPUT/tests.",
+    None, "--tests-out", metavar="DIR",
+    help="Folder for the generated tests. Default: tests in pyproject.toml (tool.dbgen), else OUT/tests.",
 )
 QUIET_OPT = typer.Option(False, "--quiet", "-q", help="Print only errors.")
 VERBOSE_OPT = typer.Option(
     False, "--verbose", "-v", help="Also print a line per spec (generated or up to date, with timing)."
 )
 TIME_LIMIT_OPT = typer.Option(
-    limits.DEFAULT.seconds, "--time-limit", min=0, help="Seconds of symbolic work allowed per spec; 0: no limit."
+    limits.DEFAULT.seconds, "--time-limit", min=0, metavar="SECONDS", help="Seconds of symbolic work allowed per spec; 0: no limit."
 )
 SIZE_LIMIT_OPT = typer.Option(
-    limits.DEFAULT.size, "--size-limit", min=0, help="Expression nodes allowed in one derivative order of a spec; 0: no limit."
+    limits.DEFAULT.size, "--size-limit", min=0, metavar="NODES", help="Expression nodes allowed in one derivative order of a spec; 0: no limit."
 )
 
 
@@ -68,7 +71,7 @@ def main(
     """dbgen: YAML spec -> torch.autograd.Function with verified double (and higher) backward."""
 
 
-@app.command()
+@command()
 def build(
     specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
     output: Optional[Path] = CONFIGURED_OUT_OPT,
@@ -78,7 +81,7 @@ def build(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
     jobs: Optional[int] = typer.Option(
-        None, "--jobs", "-j", min=1,
+        None, "--jobs", "-j", min=1, metavar="N",
         help="Generate specs in this many processes. Default: jobs in pyproject.toml (tool.dbgen), else 1.",
     ),
     fuse: Optional[bool] = typer.Option(
@@ -93,7 +96,7 @@ def build(
     quiet: bool = QUIET_OPT,
     verbose: bool = VERBOSE_OPT,
 ) -> None:
-    """Write OUTPUT/NAME.py, OUTPUT/tests/test_NAME.py and OUTPUT/__init__.py.
+    """Write OUT/NAME.py, OUT/tests/test_NAME.py and OUT/__init__.py.
 
     A spec whose files are up to date (their header has the same spec hash, dbgen version and
     options, and their body hash shows no hand edit) is skipped; a file edited by hand is
@@ -110,6 +113,7 @@ def build(
     _check_output_dir(output)
     with _locked(output):  # for the whole build: a second one into OUTPUT exits 2 at once
         files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
+                                               line_length=settings.line_length,
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
                                                limits=bounds, tests=layout))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
@@ -135,7 +139,7 @@ def build(
         )
 
 
-@app.command()
+@command()
 def check(
     specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
     output: Optional[Path] = CONFIGURED_OUT_OPT,
@@ -150,7 +154,7 @@ def check(
     quiet: bool = QUIET_OPT,
     verbose: bool = VERBOSE_OPT,
 ) -> None:
-    """Exit 0 if OUTPUT is exactly what build would write; else exit 1 listing the differences.
+    """Exit 0 if OUT is exactly what build would write; else exit 1 listing the differences.
 
     Writes nothing. Example: dbgen check specs/ -o generated
     """
@@ -163,7 +167,8 @@ def check(
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
     files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
-                                           limits=bounds, tests=layout))
+                                           line_length=settings.line_length,
+                                           limits=bounds, tests=layout), writes=False)
     report = write.stale_files(output, files)
     if not report:
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
@@ -200,26 +205,32 @@ def _paths_text(paths) -> str:
     return " ".join(Path(p).as_posix() for p in paths)
 
 
-@app.command()
+@command()
 def bench(
     specs: List[Path] = SPECS_ARG,
-    size: int = typer.Option(2**20, "--size", help="Elements per input (each input has shape (SIZE,))."),
+    size: int = typer.Option(2**20, "--size", metavar="N", help="Elements per input (each input has shape (N,))."),
     orders: str = typer.Option(
-        "0,1,2,3", "--orders", help="Derivative orders to run: 0 = W1 forward, 1 = W2, 2 = W3, 3 = W4."
+        "0,1,2,3", "--orders", metavar="ORDERS", help="Derivative orders to run: 0 = W1 forward, 1 = W2, 2 = W3, 3 = W4."
     ),
     strategies: str = typer.Option(
-        "auto,save_inputs,save_outputs,intermediates,nested", "--strategies", help="Strategies to generate and time."
+        "auto,save_inputs,save_outputs,intermediates,nested", "--strategies", metavar="STRATEGIES",
+        help="Strategies to generate and time."
     ),
-    threads: int = typer.Option(1, "--threads", help="torch.set_num_threads for the run."),
-    repeats: int = typer.Option(10, "--repeats", help="Interleaved timing repeats; the median is reported."),
-    report: Path = typer.Option(Path("bench/report.md"), "--report", help="Markdown report to write."),
-    plot: Path = typer.Option(Path("bench/plot.png"), "--plot", help="PNG plot to write (needs matplotlib)."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32, float64, float16 or bfloat16."),
+    threads: int = typer.Option(1, "--threads", metavar="N", help="torch.set_num_threads for the run."),
+    repeats: int = typer.Option(10, "--repeats", metavar="N", help="Interleaved timing repeats; the median is reported."),
+    report: Optional[Path] = typer.Option(
+        None, "--report", metavar="FILE", help="Also write the markdown report (tables and command) to FILE."
+    ),
+    plot: Optional[Path] = typer.Option(
+        None, "--plot", metavar="FILE", help="Also write a PNG plot to FILE (needs matplotlib)."
+    ),
+    dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", help="float32, float64, float16 or bfloat16."),
     fuse: bool = typer.Option(False, "--fuse", help="Generate every candidate fused, as 'build --fuse' does."),
 ) -> None:
     """Time the generated Functions under each strategy against the composed expression and native op.
 
-    Prints a table, writes a markdown report and a plot. Example: dbgen bench specs/ --size 4096
+    Prints the tables on stdout; writes files only where asked: the markdown report with
+    --report FILE, the plot with --plot FILE. Example: dbgen bench specs/ --size 4096 --report bench.md
     """
     from . import bench as benchmark
 
@@ -229,15 +240,19 @@ def bench(
     except benchmark.BenchError as exc:
         console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None
-    _io(report, lambda: benchmark.write_report(results, report))
-    skipped = _io(plot, lambda: benchmark.write_plot(results, plot))
-    typer.echo(f"dbgen: report written to {report.as_posix()}")
-    typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}")
+    if report is not None:
+        _io(report, lambda: benchmark.write_report(results, report))
+        typer.echo(f"dbgen: report written to {report.as_posix()}")
+    if plot is not None:
+        skipped = _io(plot, lambda: benchmark.write_plot(results, plot))
+        typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}")
+    if report is None and plot is None:
+        typer.echo("dbgen: nothing written; add --report FILE (markdown) and --plot FILE (PNG) to keep them")
 
 
-@app.command()
+@command()
 def show(
-    spec: List[Path] = typer.Argument(..., help="Spec files."),
+    spec: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files."),
     latex: bool = typer.Option(False, "--latex", help="Write formulas in LaTeX instead of unicode text."),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
@@ -255,17 +270,17 @@ def show(
     for path in spec:
         _one_spec_file(path, "show")
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
-    reports = [_run(lambda path=path: show_text(path, latex=latex, bounds=bounds)) for path in spec]
+    reports = [_run(lambda path=path: show_text(path, latex=latex, bounds=bounds), writes=False) for path in spec]
     typer.echo("\n".join(reports), nl=False)
 
 
-@app.command()
+@command()
 def graph(
-    spec: Path = typer.Argument(..., help="One spec file."),
-    output: Path = typer.Option(..., "-o", "--output", help="The picture to write: a .svg or .png file."),
+    spec: Path = typer.Argument(..., metavar="SPEC", help="One spec file."),
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="The picture to write: a .svg or .png file."),
     order: int = typer.Option(
-        2, "--order",
-        help="Take ORDER-1 gradients with create_graph=True (1: the value's graph; 2: the first derivative's).",
+        2, "--order", metavar="N",
+        help="Take N-1 gradients with create_graph=True (1: the value's graph; 2: the first derivative's).",
     ),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
@@ -291,19 +306,19 @@ def graph(
     console.Console().result(f"dbgen: graph of {name} (order {order}) written to {output.as_posix()}")
 
 
-@app.command()
+@command()
 def new(
     name: str = typer.Argument(..., metavar="NAME", help="The function's name, lower snake_case; the file is NAME.yaml."),
-    expr: str = typer.Option(..., "--expr", help="The formula, e.g. 'x * tanh(softplus(x))'; ** is power."),
-    inputs: str = typer.Option(..., "--inputs", help="The input names in call order, comma-separated: x,y."),
-    order: int = typer.Option(2, "--order", help="Highest derivative order written out and verified (1 to 8)."),
-    params: List[str] = typer.Option([], "--params", help="Constants as NAME=NUMBER, comma-separated or repeated."),
+    expr: str = typer.Option(..., "--expr", metavar="EXPR", help="The formula, e.g. 'x * tanh(softplus(x))'; ** is power."),
+    inputs: str = typer.Option(..., "--inputs", metavar="NAMES", help="The input names in call order, comma-separated: x,y."),
+    order: int = typer.Option(2, "--order", metavar="N", help="Highest derivative order written out and verified (1 to 8)."),
+    params: List[str] = typer.Option([], "--params", metavar="NAME=NUMBER", help="Constants as NAME=NUMBER, comma-separated or repeated."),
     strategy: Optional[str] = typer.Option(
-        None, "--strategy", help="auto (the default), save_inputs, save_outputs, intermediates or nested."
+        None, "--strategy", metavar="STRATEGY", help="auto (the default), save_inputs, save_outputs, intermediates or nested."
     ),
-    doc: Optional[str] = typer.Option(None, "--doc", help="A one-line description for the docstring."),
+    doc: Optional[str] = typer.Option(None, "--doc", metavar="TEXT", help="A one-line description for the docstring."),
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output",
+        None, "-o", "--output", metavar="PATH",
         help="A folder, or a .yaml path. Default: specs in pyproject.toml (tool.dbgen), else specs/.",
     ),
 ) -> None:
@@ -332,10 +347,10 @@ def new(
     say.result(f"dbgen: wrote {shown}; next: dbgen show {shown}, then {_build_hint(written.spec)}")
 
 
-@app.command()
+@command()
 def schema(
     output: Optional[Path] = typer.Option(
-        None, "-o", "--output", help="Write the schema to this file instead of printing it."
+        None, "-o", "--output", metavar="FILE", help="Write the schema to this file instead of printing it."
     ),
 ) -> None:
     """Print the JSON Schema (draft 2020-12) of spec files, for editors.
@@ -356,12 +371,29 @@ def schema(
 
 
 def _one_spec_file(path: Path, command: str) -> None:
-    """show and graph take one spec file: a folder or a missing path exits 2 with an example."""
+    """show and graph take one spec file: a folder or a missing path exits 2 with an example made of
+    the user's own files (a spec in that folder, or the one beside the missing path it names)."""
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "no such file"
-        example = f"dbgen {command} specs/sinh.yaml"
-        console.Console().error(f"dbgen: {path.as_posix()}: {what}; {command} takes one spec file, e.g. {example}")
+        example = _spec_example(path)
+        hint = f", e.g. dbgen {command} {example.as_posix()}" if example else " (a .yaml or .yml path)"
+        console.Console().error(f"dbgen: {path.as_posix()}: {what}; {command} takes one spec file{hint}")
         raise typer.Exit(2)
+
+
+def _spec_example(path: Path) -> Path | None:
+    """A spec file near ``path``: in it (a folder) or beside it, the name closest to the one given."""
+    import difflib
+
+    folder = path if path.is_dir() else path.parent
+    try:
+        found = sorted(p for p in folder.glob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    except OSError:
+        return None
+    if not found:
+        return None
+    closest = difflib.get_close_matches(path.name, [p.name for p in found], n=1)
+    return folder / closest[0] if closest and not path.is_dir() else found[0]
 
 
 def _settings(specs: list[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
@@ -421,8 +453,9 @@ def _spec_reporter(say: console.Console, specs):
     return report
 
 
-def _run(action):
-    """Run a pipeline step; spec problems exit 2 with one 'path:line: message' line each."""
+def _run(action, writes: bool = True):
+    """Run a pipeline step; spec problems exit 2 with one 'path:line: message' line each, then a
+    count (a command that ``writes`` adds that it wrote nothing; show and check never write)."""
     from .pipeline import SpecsPathError
 
     try:
@@ -434,7 +467,8 @@ def _run(action):
     except SpecErrors as errors:
         for problem in errors.problems:
             console.Console().error(str(problem))
-        console.Console().error(f"dbgen: {len(errors.problems)} problem(s); nothing was written")
+        summary = f"dbgen: {len(errors.problems)} problem(s)"
+        console.Console().error(summary + ("; nothing was written" if writes else "; fix the spec(s) and rerun"))
         raise typer.Exit(2) from None
 
 
@@ -495,16 +529,20 @@ def run() -> None:
     try:
         app()
     except Interrupted as stop:
+        console.clear_progress()  # a line of its own, not glued to '[3/12] mish'
         name = signal.Signals(stop.signum).name
         typer.echo(f"dbgen: interrupted by {name}; a build changes all of its files or none", err=True)
         sys.exit(128 + stop.signum)
     except limits.LimitExceeded as exceeded:  # a BaseException, normally reported as a spec's problem
+        console.clear_progress()
         typer.echo(f"dbgen: {exceeded.message()}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
+        console.clear_progress()
         typer.echo("dbgen: interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+        console.clear_progress()
         if os.environ.get("DBGEN_DEBUG", "") not in ("", "0"):
             raise
         typer.echo(f"dbgen: internal error: {type(exc).__name__}: {exc}", err=True)

@@ -34,6 +34,10 @@ else:  # pragma: no cover - Python 3.10 (the dependency is declared for it)
 PYPROJECT = "pyproject.toml"
 DEFAULT_OUTPUT = "generated"
 DEFAULT_SPECS = "specs"
+# The generated code's line length where the project sets none: ruff's and Black's default.
+DEFAULT_LINE_LENGTH = 88
+# ruff refuses a line-length above this
+MAX_LINE_LENGTH = 320
 # key -> (expected Python type, what the message calls it); specs may also be a list of paths
 KEYS = {"specs": (str, "a path in quotes"), "output": (str, "a path in quotes"),
         "tests": (str, "a path in quotes"),
@@ -55,6 +59,7 @@ class Settings:
     fuse: bool
     root: Path | None
     tests: Path | None = None
+    line_length: int = DEFAULT_LINE_LENGTH  # the project's ruff/Black line length (``line_length``)
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -123,8 +128,10 @@ def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int 
         paths = (project_path(root, DEFAULT_SPECS),)
     else:
         where = _shown(root / PYPROJECT) if root else "a pyproject.toml"
-        raise ConfigError("no SPECS given and no specs/ folder here; name spec files or folders (e.g. dbgen build "
-                          f'specs/), or set specs = "specs" under [tool.dbgen] in {where}')
+        folder = _folder_with_specs(Path.cwd())
+        example = f"dbgen build {folder}/" if folder else "dbgen build SPECS"
+        raise ConfigError(f"no SPECS given and no specs/ folder here; name spec files or folders (e.g. {example}), "
+                          f'or set specs = "{folder or "specs"}" under [tool.dbgen] in {where}')
     return Settings(
         specs=paths,
         output=output if output is not None else project_path(root, table.get("output", DEFAULT_OUTPUT)),
@@ -132,7 +139,17 @@ def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int 
         fuse=fuse if fuse is not None else table.get("fuse", False),
         root=root,
         tests=tests if tests is not None else (project_path(root, table["tests"]) if "tests" in table else None),
+        line_length=line_length(start),
     )
+
+
+def _folder_with_specs(here: Path) -> str | None:
+    """The first folder here (sorted) holding .yaml/.yml files: the user's own, for a hint."""
+    try:
+        folders = sorted(p for p in here.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return next((p.name for p in folders if any(q.suffix in (".yaml", ".yml") for q in p.iterdir())), None)
+    except OSError:
+        return None
 
 
 def project_path(root: Path | None, value: str) -> Path:
@@ -147,3 +164,32 @@ def _shown(path: Path) -> str:
         return Path(os.path.relpath(path, Path.cwd())).as_posix()
     except ValueError:  # another drive on Windows
         return path.as_posix()
+
+
+def line_length(start: Path | None = None) -> int:
+    """The project's line length: ``line-length`` under ``[tool.ruff]``, else under ``[tool.black]``,
+    of the nearest pyproject.toml from ``start`` (default: the current folder); else 88.
+
+    The generated code is formatted and wrapped to it, so that it passes the project's own
+    ``ruff format --check`` and ``ruff check`` (E501) unchanged.
+    """
+    path = find_pyproject(start)
+    if path is None:
+        return DEFAULT_LINE_LENGTH
+    shown = _shown(path)
+    try:
+        with open(path, "rb") as handle:
+            tools = tomllib.load(handle).get("tool", {})
+    except OSError as exc:
+        raise ConfigError(f"{shown}: cannot read it: {exc.strerror}; check its permissions") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{shown}: invalid TOML: {exc}; fix the file") from None
+    for tool in ("ruff", "black"):
+        table = tools.get(tool) if isinstance(tools, dict) else None
+        if isinstance(table, dict) and "line-length" in table:
+            value = table["line-length"]
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LINE_LENGTH:
+                raise ConfigError(f"{shown}: [tool.{tool}] line-length must be a whole number from 1 to "
+                                  f"{MAX_LINE_LENGTH}, not {value!r}; fix it in {shown}")
+            return value
+    return DEFAULT_LINE_LENGTH

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import typer
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
+# Whether stderr's current line holds an unfinished progress line. One terminal line for the whole
+# process: any Console (the CLI makes a fresh one per error) clears it before it writes.
+_progress = {"shown": False}
 
 
 def colour_enabled(stream) -> bool:
@@ -44,7 +47,6 @@ class Console:
     """Messages at a level: errors always, results unless quiet, details only when verbose."""
 
     level: int = NORMAL
-    _progress_shown: bool = field(default=False, repr=False)
 
     def result(self, message: str) -> None:
         """The one-line outcome of a command (stdout)."""
@@ -75,13 +77,18 @@ class Console:
             return  # verbose prints a line per spec instead; quiet prints nothing
         sys.stderr.write(f"\r\x1b[K[{done}/{total}] {name}")
         sys.stderr.flush()
-        self._progress_shown = True
+        _progress["shown"] = True
 
     def _clear_progress(self) -> None:
-        if self._progress_shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self._progress_shown = False
+        clear_progress()
+
+
+def clear_progress() -> None:
+    """Erase the progress line, if one is shown, so that the next line starts at column 0."""
+    if _progress["shown"]:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+        _progress["shown"] = False
 
 
 def _echo(message: str, err: bool, colour: str | None) -> None:

@@ -4,14 +4,18 @@ The spec is built into a temporary folder and its module imported; the function 
 from the spec's domain, ``torch.autograd.grad(..., create_graph=True)`` is taken ORDER-1 times,
 and torchviz draws the graph of every tensor computed, as the pictures of PyTorch's tutorial
 "Double Backward with Custom Functions" do. The generated Functions appear as their autograd
-nodes: ``SinhBackward``, ``CubeBackward``, ``CubeBackwardBackward``, ...
+nodes: ``SinhBackward``; for ``nested``, ``CubeBackward``, ``CubeLevel1Backward``, ... (the
+classes of the levels are ``Cube``, ``CubeLevel1``, ...). The tensors each one saved are the
+orange boxes, labelled with their names in the generated code.
 
 torchviz (``pip install torchviz``, or dbgen's viz extra) and Graphviz's ``dot`` program are needed only here.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import shutil
 import sys
 import tempfile
@@ -35,7 +39,8 @@ def picture_format(output: Path) -> str:
     """'svg' or 'png', from the output file's suffix."""
     suffix = output.suffix.lower().lstrip(".")
     if suffix not in FORMATS:
-        raise GraphError(f"{output.as_posix()}: the picture's file name must end in .svg or .png, e.g. -o graph.svg")
+        example = output.with_suffix(".svg").as_posix()  # the user's own name, with a suffix that works
+        raise GraphError(f"{output.as_posix()}: the picture's file name must end in .svg or .png, e.g. -o {example}")
     return suffix
 
 
@@ -64,7 +69,8 @@ def draw(spec_path: Path, output: Path, order: int, bounds=None) -> str:
         spec, module = _build(spec_path, Path(folder), bounds)
         try:
             tensors = _derivative_tensors(getattr(module, spec.name), spec, order)
-            picture = _render(tensors, fmt)
+            saved = saved_names(Path(module.__file__).read_text(encoding="utf-8"))
+            picture = _render(tensors, saved, fmt)
         finally:
             sys.modules.pop(module.__name__, None)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -112,13 +118,70 @@ def _derivative_tensors(function, spec, order: int) -> dict[str, object]:
     return tensors
 
 
-def _render(tensors: dict[str, object], fmt: str) -> bytes:
-    """The picture's bytes; inputs and computed tensors are labelled with their names."""
+def saved_names(source: str) -> dict[str, tuple[str, ...]]:
+    """Autograd node name ('MishBackward') -> the names its Function saves for backward, in order,
+    read from the generated module's ``ctx.save_for_backward(...)`` (in the class or a base)."""
+    classes = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.ClassDef)}
+
+    def saved(name: str):
+        node = classes.get(name)
+        if node is None:
+            return None
+        for call in ast.walk(node):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+                    and call.func.attr == "save_for_backward":
+                return tuple(ast.unparse(arg) for arg in call.args)
+        bases = (saved(base.id) for base in node.bases if isinstance(base, ast.Name))
+        return next((found for found in bases if found is not None), None)
+
+    return {f"{name}Backward": names for name in classes if (names := saved(name)) is not None}
+
+
+def _graph_nodes(tensors: dict[str, object]) -> list[object]:
+    """Every autograd node the picture shows, from the tensors' grad_fn down."""
+    nodes, seen, todo = [], set(), [t.grad_fn for t in tensors.values() if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        nodes.append(node)
+        todo += [next_node for next_node, _ in getattr(node, "next_functions", ())]
+    return nodes
+
+
+_SAVED_EDGE = re.compile(r"\t(\S+) -> (\S+) \[dir=none\]")
+
+
+def _label_saved(dot, tensors: dict[str, object], saved: dict[str, tuple[str, ...]]) -> None:
+    """Name the orange boxes: torchviz draws a custom Function's saved tensors unlabelled (each
+    access of ``saved_tensors`` makes new tensor objects, so no label can be attached by id).
+    It draws them in saving order, each linked to its node by an undirected edge: the i-th such
+    edge of a node is its i-th saved name. A box that is also a named tensor keeps that name."""
+    nodes = {str(id(node)): node for node in _graph_nodes(tensors) if type(node).__name__ in saved}
+    named = {str(id(t)) for t in tensors.values()}
+    counts: dict[str, int] = {}
+    for line in list(dot.body):
+        match = _SAVED_EDGE.fullmatch(line.rstrip("\n"))
+        if match is None or match.group(2) not in nodes:
+            continue
+        box, node_id = match.groups()
+        index = counts[node_id] = counts.get(node_id, -1) + 1
+        node = nodes[node_id]
+        names, values = saved[type(node).__name__], node.saved_tensors
+        if box not in named and index < min(len(names), len(values)):
+            size = ", ".join(str(n) for n in values[index].shape)
+            dot.node(box, f"{names[index]}\n ({size})", fillcolor="orange")  # as torchviz writes labels
+
+
+def _render(tensors: dict[str, object], saved: dict[str, tuple[str, ...]], fmt: str) -> bytes:
+    """The picture's bytes; inputs, computed and saved tensors are labelled with their names."""
     import graphviz
     from torchviz import make_dot
 
     drawn = tuple(t for t in tensors.values() if t.grad_fn is not None)
     dot = make_dot(drawn, params=tensors)
+    _label_saved(dot, tensors, saved)
     try:
         return dot.pipe(format=fmt)
     except graphviz.ExecutableNotFound:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, limits as bounds
+from . import __version__, config, limits as bounds
 from .errors import Problem, SpecErrors
 from .write import header, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
@@ -93,6 +93,7 @@ def generate(
     on_spec=None,
     limits: bounds.Limits = bounds.DEFAULT,
     tests: TestsLayout | None = None,
+    line_length: int | None = None,
 ) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path`` (one path or
     several); all or nothing.
@@ -105,6 +106,8 @@ def generate(
     to date; ``notes``: the candidates auto left out or passed over, ``ModulePlan.notes``),
     for progress and --verbose lines. ``limits`` bounds each spec's symbolic work (``--time-limit``,
     ``--size-limit``; see ``limits.py``). ``tests`` places the tests (``tests_layout``; default OUT/tests).
+    ``line_length``: what the code is wrapped and formatted to; None: the project's
+    (``config.line_length`` from ``root``, else the current folder).
     """
     paths = discover(specs_path)
     try:
@@ -116,6 +119,10 @@ def generate(
         raise
     if fuse:
         specs = [dataclasses.replace(spec, fuse=True) for spec in specs]
+    if line_length is None:
+        line_length = config.line_length(root)
+    if line_length != config.DEFAULT_LINE_LENGTH:
+        specs = [dataclasses.replace(spec, line_length=line_length) for spec in specs]
     layout = tests or DEFAULT_LAYOUT
     files: dict[str, str] = {}
     todo = []
@@ -137,7 +144,8 @@ def generate(
             on_spec(spec, seconds, notes)
     if problems:
         raise SpecErrors(problems)
-    files.update(_package_files([s.name for s in specs], shown_specs(specs_path, root), layout, reuse_from))
+    files.update(_package_files([s.name for s in specs], shown_specs(specs_path, root), layout, reuse_from,
+                                line_length))
     return files
 
 
@@ -195,18 +203,23 @@ def tests_layout(out: Path, tests: Path | None) -> TestsLayout:
     return TestsLayout(Path(os.path.relpath(tests_abs, out_abs)).as_posix(), Path(os.path.relpath(out_abs, tests_abs)).as_posix())
 
 
-def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from: Path | None) -> dict[str, str]:
+def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from: Path | None,
+                   line_length: int = config.DEFAULT_LINE_LENGTH) -> dict[str, str]:
     """OUT/__init__.py, and the tests' conftest.py, shared checks and package markers. Their headers
     hash only what they depend on (the set of names, the version), so that editing one spec
     rewrites that spec's files only; they are read back when up to date (rendering imports SymPy,
     0.6 s: most of an unchanged rebuild)."""
-    init_digest = hashlib.sha256(f"dbgen {__version__}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
-    support_digest = _support_digest()
-    wanted = {"__init__.py": (init_digest, lambda: render_init(names, shown, init_digest)),
-              layout.path("conftest.py"): (support_digest, lambda: render_support("conftest.py", shown, support_digest)),
-              layout.path(CHECKS_FILE): (support_digest, lambda: render_support("dbgen_checks.py", shown, support_digest))}
+    width = "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
+    init_digest = hashlib.sha256(f"dbgen {__version__}{width}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
+    support_digest = _support_digest(line_length)
+    wanted = {"__init__.py": (init_digest, lambda: render_init(names, shown, init_digest, line_length)),
+              layout.path("conftest.py"): (support_digest,
+                                           lambda: render_support("conftest.py", shown, support_digest, line_length)),
+              layout.path(CHECKS_FILE): (support_digest,
+                                         lambda: render_support("dbgen_checks.py", shown, support_digest, line_length))}
     for marker in layout.markers():
-        wanted[marker] = (support_digest, lambda: render_support("tests_init.py", shown, support_digest))
+        wanted[marker] = (support_digest,
+                          lambda: render_support("tests_init.py", shown, support_digest, line_length))
     files = {}
     for rel, (digest, render) in wanted.items():
         kept = _reusable(reuse_from / rel, header(shown, digest)) if reuse_from else None
@@ -214,22 +227,26 @@ def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from
     return files
 
 
-def _support_digest() -> str:
-    """The header digest of the tests' files that depend on no spec: the version decides them."""
-    return hashlib.sha256(f"dbgen {__version__} tests support\n".encode()).hexdigest()
+def _support_digest(line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
+    """The header digest of the tests' files that depend on no spec: the version (and the line
+    length) decide them."""
+    width = "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
+    return hashlib.sha256(f"dbgen {__version__} tests support{width}\n".encode()).hexdigest()
 
 
-def render_init(names: list[str], specs_path: str, digest: str) -> str:
+def render_init(names: list[str], specs_path: str, digest: str, line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
     from .render import render_init as render
 
-    return seal(render(names, specs_path, digest))
+    return seal(render(names, specs_path, digest, line_length))
 
 
-def render_support(template: str, specs_path: str, digest: str) -> str:
+def render_support(template: str, specs_path: str, digest: str,
+                   line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
     """A file of the generated tests' that depends on no spec (``templates/NAME.jinja``)."""
     from .render import _environment, ruff_formatted
 
-    return seal(ruff_formatted(_environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))))
+    text = _environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))
+    return seal(ruff_formatted(text, line_length))
 
 
 def plan_spec(spec: Spec, rewrite: bool = True):
@@ -250,7 +267,8 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
     """The module and test file of one spec, and the checks the test file imports (so that the
     files run as they are written); work past ``limits`` is a problem on its ``expr`` line."""
     files = _generate_noting(spec, rewrite, limits)[0]
-    return {**files, f"tests/{CHECKS_FILE}": render_support("dbgen_checks.py", spec.path, _support_digest())}
+    checks = render_support("dbgen_checks.py", spec.path, _support_digest(spec.line_length), spec.line_length)
+    return {**files, f"tests/{CHECKS_FILE}": checks}
 
 
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -295,16 +313,17 @@ def _reusable(path: Path, expected_header: str) -> str | None:
     return text if sealed_header(text) == expected_header else None
 
 
-def _placed(files: dict[str, str], name: str, layout: TestsLayout) -> dict[str, str]:
+def _placed(files: dict[str, str], name: str, layout: TestsLayout,
+            line_length: int = config.DEFAULT_LINE_LENGTH) -> dict[str, str]:
     """``generate_one``'s files where ``layout`` puts them, each sealed with its body hash."""
     test_text = files.pop(f"tests/test_{name}.py")
     if layout.back != DEFAULT_LAYOUT.back:
-        test_text = _relocated(test_text, name, layout)
+        test_text = _relocated(test_text, name, layout, line_length)
     files[layout.test_file(name)] = test_text
     return {rel: seal(text) for rel, text in files.items()}
 
 
-def _relocated(test_text: str, name: str, layout: TestsLayout) -> str:
+def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
     """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
     template writes the default layout's; a path of any length is then formatted as ruff does)."""
     from .render import ruff_formatted
@@ -312,7 +331,7 @@ def _relocated(test_text: str, name: str, layout: TestsLayout) -> str:
     default = f"\n_PATH = {DEFAULT_LAYOUT.module_path(name)}\n"
     if default not in test_text:
         raise RuntimeError(f"the test template's _PATH line is not {default.strip()!r}")
-    return ruff_formatted(test_text.replace(default, f"\n_PATH = {layout.module_path(name)}\n", 1))
+    return ruff_formatted(test_text.replace(default, f"\n_PATH = {layout.module_path(name)}\n", 1), line_length)
 
 
 def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
@@ -323,7 +342,8 @@ def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
     start = time.perf_counter()
     try:
         files, notes = _generate_noting(spec, rewrite, limits)
-        return _placed(files, spec.name, layout or DEFAULT_LAYOUT), [], time.perf_counter() - start, notes
+        placed = _placed(files, spec.name, layout or DEFAULT_LAYOUT, spec.line_length)
+        return placed, [], time.perf_counter() - start, notes
     except SpecErrors as errors:
         return {}, errors.problems, time.perf_counter() - start, ()
 

@@ -23,12 +23,23 @@ class TorchPrinter(PythonCodePrinter):
 
     printmethod = "_torchcode"
 
-    def __init__(self, tensors, settings=None, fold_sums: bool = True, scaled_last=()):
+    def __init__(self, tensors, settings=None, fold_sums: bool = True, scaled_last=(), name_for=None):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
         self.tensors = frozenset(sympy.Symbol(str(name), real=True) for name in tensors)
         self.fold_sums = fold_sums
         self.scaled_last = frozenset(sympy.Symbol(str(name), real=True) for name in scaled_last)
         self.uses_math = False
+        # name_for(expr) -> a fresh local name: where a fold would nest calls more than two deep,
+        # its inner part is assigned to a temporary of that name first (``take_hoisted``)
+        self.name_for = name_for
+        self.hoisted: list[tuple[str, str]] = []
+        self._hoisted_names: dict[str, str] = {}
+
+    def take_hoisted(self) -> list[str]:
+        """The assignments the last ``doprint`` needs before its line (each once), and forget them."""
+        lines = [f"{name} = {code}" for name, code in self.hoisted]
+        self.hoisted = []
+        return lines
 
     def is_tensor(self, expr: sympy.Expr) -> bool:
         return bool(expr.free_symbols & self.tensors)
@@ -71,12 +82,13 @@ class TorchPrinter(PythonCodePrinter):
         if floats != 0 and first.coefficient == -1 and len(first.factors) == 1:
             # 1 - t: one kernel (torch.rsub), where -t + 1 takes two
             code = f"{self._print(floats)} - {self.parenthesize(first.factors[0], PRECEDENCE['Add'])}"
-            floats = sympy.S.Zero
+            partial, floats = floats + first.expr, sympy.S.Zero  # partial: what ``code`` holds
         else:
-            code = self._print(first.expr)
+            code, partial = self._print(first.expr), first.expr
         for term in tensors:
             if term is not first:
-                code = self._fold(code, term)
+                code = self._fold(self._shallow(code, partial), term)
+                partial += term.expr
         if floats != 0:
             sign, magnitude = ("-", -floats) if floats.could_extract_minus_sign() else ("+", floats)
             code = f"{code} {sign} {self.parenthesize(magnitude, precedence(expr))}"
@@ -96,12 +108,26 @@ class TorchPrinter(PythonCodePrinter):
         if len(term.factors) >= 2:
             a, b = sympy.Mul(*term.factors[:-1]), term.factors[-1]
             value = "" if term.coefficient == 1 else f", value={self._print(term.coefficient)}"
-            return f"torch.addcmul({total}, {self._print(a)}, {self._print(b)}{value})"
+            return f"torch.addcmul({total}, {self._argument(a)}, {self._argument(b)}{value})"
         (factor,) = term.factors
         if term.coefficient in (1, -1):
             sign = "+" if term.coefficient == 1 else "-"
             return f"{total} {sign} {self.parenthesize(factor, PRECEDENCE['Add'])}"
-        return f"torch.add({total}, {self._print(factor)}, alpha={self._print(term.coefficient)})"
+        return f"torch.add({total}, {self._argument(factor)}, alpha={self._print(term.coefficient)})"
+
+    def _argument(self, expr) -> str:
+        return self._shallow(self._print(expr), expr)
+
+    def _shallow(self, code: str, expr) -> str:
+        """``code``, or the name of a temporary holding it where, as an argument of a fold, it would
+        nest calls more than two deep (``name_for``): each line stays checkable by eye. The same
+        tensors are computed either way: no kernel more, none saved for backward."""
+        if self.name_for is None or _call_depth(code) < 2:
+            return code
+        if code not in self._hoisted_names:
+            self._hoisted_names[code] = self.name_for(expr)
+            self.hoisted.append((self._hoisted_names[code], code))
+        return self._hoisted_names[code]
 
     def _print_Float(self, expr):
         return repr(float(expr))
@@ -258,3 +284,13 @@ class TorchPrinter(PythonCodePrinter):
 
 
 _MATH_NAMES = {"abs": "fabs"}
+
+
+def _call_depth(code: str) -> int:
+    """How deep calls nest in ``code``: 0 for ``a * b``, 1 for ``torch.exp(a)``, 2 for
+    ``torch.addcmul(torch.exp(a), b, c)``."""
+    def depth(node: ast.AST) -> int:
+        inner = max((depth(child) for child in ast.iter_child_nodes(node)), default=0)
+        return inner + isinstance(node, ast.Call)
+
+    return depth(ast.parse(code, mode="eval").body)

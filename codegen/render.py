@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,9 @@ import jinja2
 import sympy
 
 from .param_values import other_param_values
-from .plan import Block, FunctionPlan, ModulePlan, Result
+from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from .printer import TorchPrinter
+from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
 from .write import header
 
@@ -39,7 +41,59 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["docstring"] = docstring_text
+    env.filters["wrapped"] = _wrapped_filter
     return env
+
+
+@jinja2.pass_context
+def _wrapped_filter(context, text: str, indent: int = 0, first: int = 0, hanging: int = 0) -> str:
+    """``text`` as docstring lines that fit the render's ``line_length``: the template puts the
+    first line at column ``indent`` after ``first`` characters (the opening quotes); the lines after
+    it get ``indent`` + ``hanging`` spaces."""
+    return "\n".join(wrap_text(docstring_text(text), context["line_length"], indent, first, hanging))
+
+
+def wrap_text(text: str, width: int, indent: int = 0, first: int = 0, hanging: int = 0) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``width`` columns, the first without its
+    indentation (the template writes it), the rest indented. Blank lines separate paragraphs.
+    A formula breaks before its outermost ``+`` and ``-`` where that fits. A word longer than a
+    line is broken: a docstring line must fit whatever it holds."""
+    outer = _wrap(_outer_spaces_only(text), width, indent, first, hanging, break_words=False)
+    if all(len(line) <= width for line in outer):
+        return [line.replace(_KEPT_SPACE, " ") for line in outer]
+    return _wrap(text, width, indent, first, hanging)
+
+
+_KEPT_SPACE = "\x00"  # a space inside parentheses, where a formula is not broken
+
+
+def _outer_spaces_only(text: str) -> str:
+    depth, kept = 0, []
+    for char in text:
+        depth += (char in "([") - (char in ")]")
+        kept.append(_KEPT_SPACE if char == " " and depth > 0 else char)
+    return "".join(kept)
+
+
+def _wrap(text: str, width: int, indent: int, first: int, hanging: int, break_words: bool = True) -> list[str]:
+    lines: list[str] = []
+    for number, paragraph in enumerate(text.split("\n\n")):
+        if number:
+            lines.append("")
+        lead = " " * (indent + first) if not lines else " " * indent
+        wrapped = textwrap.wrap(" ".join(paragraph.split()), width=width, initial_indent=lead,
+                                subsequent_indent=" " * (indent + hanging), break_on_hyphens=False,
+                                break_long_words=break_words)
+        lines += wrapped or [""]
+    lines[0] = lines[0][indent + first:]
+    return lines
+
+
+def fits(text: str, width: int, indent: int, hanging: int) -> bool:
+    """Whether ``text`` wraps at spaces into lines of at most ``width`` columns (no word broken)."""
+    lines = textwrap.wrap(text, width=width, initial_indent=" " * indent, subsequent_indent=" " * (indent + hanging),
+                          break_on_hyphens=False, break_long_words=False)
+    return all(len(line) <= width for line in lines)
 
 
 def docstring_text(text: str) -> str:
@@ -82,8 +136,8 @@ class KernelView:
     returns: str
 
 
-def ruff_formatted(code: str) -> str:
-    """``code`` as ``ruff format`` with its default settings writes it.
+def ruff_formatted(code: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
+    """``code`` as ``ruff format`` with its default settings and ``line_length`` writes it.
 
     Users check the generated files into projects that run ruff (or Black, whose style ruff's
     follows): they must pass ``ruff format --check`` unchanged. The ruff version is bounded in the
@@ -92,7 +146,8 @@ def ruff_formatted(code: str) -> str:
     """
     from ruff.__main__ import find_ruff_bin
 
-    command = [find_ruff_bin(), "format", "--isolated", "--stdin-filename", "generated.py", "-"]
+    command = [find_ruff_bin(), "format", "--isolated", "--line-length", str(line_length),
+               "--stdin-filename", "generated.py", "-"]
     result = subprocess.run(command, input=code, capture_output=True, text=True, encoding="utf-8", check=False)
     if result.returncode != 0:
         raise RuntimeError(f"ruff format refused the generated code: {result.stderr.strip()}")
@@ -109,14 +164,17 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         header=header(spec.path, digest),
         spec=spec,
         formula=_formula(plan.expr),
-        derivatives=_derivative_lines(plan),
+        derivatives=_derivative_lines(plan, spec.line_length),
         more_derivatives=plan.more_derivatives,
         strategy=plan.strategy,
         reason=plan.reason,
         uses_math=any(p.uses_math for p in printers),
         helpers=helpers,
         functions=views,
-        signature=_signature(spec),
+        signature=_typed_signature(spec),
+        arguments=_documented_arguments(spec),
+        summary=spec.doc or f"{spec.name}({', '.join(spec.inputs)}), as the module docstring writes it.",
+        line_length=spec.line_length,
         argument_checks=_argument_checks(spec),
         function=plan.local("function"),
         choice=_compile_choice(plan.entry),
@@ -125,7 +183,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         ctx_output=plan.local("output"),
         broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
         returns_first_only=plan.returns_first_only,
-    ))
+    ), spec.line_length)
 
 
 def composed_code(plan: ModulePlan) -> tuple[str, TorchPrinter]:
@@ -161,12 +219,13 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
             name: repr(_stability_points(bounds, explicit=name in spec.explicit_domain)) for name, bounds in spec.domain
         },
         strategy=plan.strategy,
-    ))
+    ), spec.line_length)
 
 
-def render_init(names: list[str], specs_path: str, digest: str) -> str:
+def render_init(names: list[str], specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     return ruff_formatted(
-        _environment().get_template("init.py.jinja").render(header=header(specs_path, digest), names=sorted(names))
+        _environment().get_template("init.py.jinja").render(header=header(specs_path, digest), names=sorted(names)),
+        line_length,
     )
 
 
@@ -197,6 +256,29 @@ def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True, scale
         if any(str(s) in names for s in value.free_symbols):
             names.add(name)
     return TorchPrinter(names, fold_sums=fold_sums, scaled_last=scaled_last)
+
+
+def _typed_signature(spec) -> str:
+    """The public function's parameters with type hints: tensors, then keyword-only float params."""
+    params = [f"{name}: float = {value!r}" for name, value in spec.params]
+    return ", ".join([*(f"{x}: torch.Tensor" for x in spec.inputs), *(["*", *params] if params else [])])
+
+
+def _documented_arguments(spec) -> list[tuple[str, str]]:
+    """(name, description) of each input and param, for the public function's Args section."""
+    number = "a tensor" if len(spec.inputs) == 1 else "a tensor, or a Python number beside a tensor input"
+    inputs = [(x, f"{number}{_tested_on(spec, x)}.") for x in spec.inputs]
+    params = [(name, f"a Python number, default {value!r}; a constant (to train it, make it an input).")
+              for name, value in spec.params]
+    return inputs + params
+
+
+def _tested_on(spec, name: str) -> str:
+    """Where the spec says the input is used (the generated tests check there), if it says."""
+    if name not in spec.explicit_domain:
+        return ""
+    lo, hi = spec.bounds(name)
+    return f", used on [{lo!r}, {hi!r}] (the generated tests check there)"
 
 
 def _signature(spec) -> str:
@@ -237,6 +319,7 @@ def _keywords(names) -> str:
 def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
     printer = _block_printer(fn.forward, fn.inputs, fold_sums=plan.strategy == "nested")
+    printer.name_for = _fold_names(fn, plan)
     printers.append(printer)
     forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
     backward_lines, backward_return = _backward(fn, plan, printers)
@@ -336,6 +419,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     nested = plan.strategy == "nested"  # else autograd differentiates this backward at second order
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=nested,
                              scaled_last=() if nested else fn.cotangents)
+    printer.name_for = _fold_names(fn, plan) if not fn.accumulations else None  # no line before an `if`
     printers.append(printer)
     if fn.accumulations:
         lines += _accumulation_lines(fn, printer)
@@ -380,12 +464,29 @@ def _used_names(block: Block | None) -> set[str]:
     return {str(s) for s in block.reads}
 
 
+def _fold_names(fn: FunctionPlan, plan: ModulePlan):
+    """Names for the temporaries a folding printer adds in ``fn`` (``TorchPrinter.name_for``):
+    none of the names the function's code already uses."""
+    blocks = [block for block in (fn.forward, fn.backward, fn.jvp) if block is not None]
+    taken = {*fn.inputs, *fn.saved, *fn.cotangents, *fn.tangents, *fn.outputs, *fn.values,
+             *plan.spec.param_names, *(name for _, name in plan.locals), plan.spec.name,
+             *(name for block in blocks for name, _ in block.temporaries),
+             *(r.name for block in blocks for r in block.results),
+             *(f.class_name for f in plan.functions), *(f.compile_name for f in plan.functions)}
+    return temporary_names(taken)
+
+
 def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> list[str]:
-    """Temporaries, then results; ``anchor`` is a tensor in scope with the common shape."""
-    lines = [f"{name} = {printer.doprint(value)}" for name, value in block.temporaries]
+    """Temporaries, then results; ``anchor`` is a tensor in scope with the common shape. Each
+    line comes after the temporaries its printing added (``TorchPrinter.take_hoisted``)."""
+    lines = []
+    for name, value in block.temporaries:
+        code = printer.doprint(value)
+        lines += [*printer.take_hoisted(), f"{name} = {code}"]
     for result in block.results:
         if result.expr != sympy.Symbol(result.name, real=True):  # else a temporary already holds it
-            lines.append(f"{result.name} = {_result_code(result, printer, in_scope, anchor, forward)}")
+            code = _result_code(result, printer, in_scope, anchor, forward)
+            lines += [*printer.take_hoisted(), f"{result.name} = {code}"]
     return lines
 
 
@@ -429,11 +530,18 @@ def _formula(expr: sympy.Expr) -> str:
     return sympy.sstr(expr)
 
 
-def _derivative_lines(plan: ModulePlan) -> list[str]:
+# where the module docstring writes a derivative: at 4 spaces, its continuation lines at 8
+DERIVATIVE_INDENT, DERIVATIVE_HANGING = 4, 4
+
+
+def _derivative_lines(plan: ModulePlan, width: int) -> list[str]:
+    """``df/dx = formula`` per documented derivative; a formula too long to read (or to wrap at
+    spaces within ``width``) is replaced by its operation count."""
     lines = []
     for index, derivative in plan.derivatives:
         text = sympy.sstr(derivative)
-        if len(text) > MAX_DOC_FORMULA:
+        line = f"{_label(index)} = {text}"
+        if len(text) > MAX_DOC_FORMULA or not fits(line, width, DERIVATIVE_INDENT, DERIVATIVE_HANGING):
             text = f"({sympy.count_ops(derivative)} operations; see the generated formulas below)"
         lines.append(f"{_label(index)} = {text}")
     return lines

@@ -62,7 +62,8 @@ def parse_params(values: list[str]) -> tuple[tuple[str, str], ...]:
             continue
         name, sep, number = (text.strip() for text in item.partition("="))
         if not sep or not name or not _NUMBER_RE.match(number):
-            raise NewSpecError([f"dbgen: --params {item!r} must be NAME=NUMBER, e.g. --params beta=1.0"])
+            example = f"{name if name.isidentifier() else 'beta'}=1.0"  # the user's own name where given
+            raise NewSpecError([f"dbgen: --params {item!r} must be NAME=NUMBER, e.g. --params {example}"])
         params.append((name, number))
     return tuple(params)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from .config import DEFAULT_LINE_LENGTH
 from .errors import Problem, SpecErrors, did_you_mean
 from .language import CONSTANT_NAMES, FUNCTION_ARITY
 
@@ -79,6 +80,9 @@ class Spec:
     # the inputs whose domain the spec sets (the others have DEFAULT_DOMAIN): the generated tests
     # probe far outside the domain only for the others, so an explicit [-2, 2] is respected
     explicit_domain: tuple[str, ...] = ()
+    # a build option, like fuse: the project's line length (config.line_length), which the
+    # generated code is wrapped and formatted to
+    line_length: int = DEFAULT_LINE_LENGTH
     lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def line_of(self, key: str) -> int:
@@ -109,6 +113,8 @@ class Spec:
             "native": self.native,
             "fuse": self.fuse,
             "explicit_domain": list(self.explicit_domain),
+            # only when set: the default keeps the digests (and headers) of earlier builds
+            **({} if self.line_length == DEFAULT_LINE_LENGTH else {"line_length": self.line_length}),
         }
 
     def digest(self, version: str, rewrite: bool = True) -> str:

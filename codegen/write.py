@@ -51,11 +51,10 @@ except ImportError:  # not POSIX (Windows): the lock is a file created exclusive
 
 
 def header(spec_path: str, digest: str) -> str:
-    """The first two lines of every generated file: who wrote it, from what, and the spec's hash."""
-    return (
-        f"{HEADER_PREFIX} {__version__} from {spec_path}. DO NOT EDIT.\n"
-        f"# dbgen-version: {__version__}  spec-sha256: {digest}"
-    )
+    """The first two lines of every generated file: who wrote it (which version), from what, and
+    the spec's hash (with the options: ``Spec.digest``). The second is 79 characters: it fits any
+    usual line length (ruff's E501)."""
+    return f"{HEADER_PREFIX} {__version__} from {spec_path}. DO NOT EDIT.\n# spec-sha256: {digest}"
 
 
 def seal(text: str) -> str:

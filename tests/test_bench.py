@@ -166,6 +166,24 @@ def test_an_unknown_native_op_exits_2(tmp_path):
     assert "f.yaml:5: native: torch.no_such_op is not defined by torch" in result.output
 
 
+def test_bench_writes_no_file_unless_asked(tmp_path, monkeypatch):
+    """By default the tables go to stdout and nothing is written into the user's folder (it wrote
+    bench/report.md and bench/plot.png there); --report and --plot write where they say."""
+    calls = []
+    monkeypatch.setattr(bench, "run", lambda specs, config, echo: echo("the tables") or "results")
+    monkeypatch.setattr(bench, "write_report", lambda results, path: calls.append(("report", path)))
+    monkeypatch.setattr(bench, "write_plot", lambda results, path: calls.append(("plot", path)))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["bench", str(REPO / "specs" / "square.yaml")])
+    assert result.exit_code == 0, result.output
+    assert list(tmp_path.iterdir()) == [] and calls == []
+    assert result.stdout == "the tables\ndbgen: nothing written; add --report FILE (markdown) and --plot FILE (PNG) to keep them\n"
+    result = CliRunner().invoke(app, ["bench", str(REPO / "specs" / "square.yaml"), "--report", "out/r.md"])
+    assert result.exit_code == 0, result.output
+    assert calls == [("report", Path("out/r.md"))]
+    assert result.stdout.splitlines()[-1] == "dbgen: report written to out/r.md"
+
+
 # ------------------------------------------------------------------ the command, small
 
 

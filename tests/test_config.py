@@ -171,8 +171,20 @@ def test_missing_specs_without_a_table_says_what_to_do(tmp_path, monkeypatch):
     for command in ("build", "check"):
         result = invoke(command)
         assert result.exit_code == 2
-        assert "no SPECS given" in result.stderr and "dbgen build specs/" in result.stderr
+        assert "no SPECS given" in result.stderr and "e.g. dbgen build SPECS)" in result.stderr
         assert "[tool.dbgen]" in result.stderr
+
+
+def test_missing_specs_hint_names_the_users_own_folder(tmp_path, monkeypatch):
+    """The example is a folder of this project that holds specs, not a specs/ that does not exist."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "ops").mkdir()
+    (tmp_path / "ops" / "swish.yaml").write_text("name: swish\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("build")
+    assert result.exit_code == 2
+    assert "(e.g. dbgen build ops/)" in result.stderr and 'set specs = "ops" under [tool.dbgen]' in result.stderr
+    assert "specs/)" not in result.stderr
 
 
 # --- bare build and check ------------------------------------------------------------------------------
@@ -253,3 +265,50 @@ def test_pre_commit_entry_checks_a_configured_project(project):
     spec = project / "functions" / "exp.yaml"
     spec.write_text(spec.read_text().replace("order: 3", "order: 2"))
     assert invoke(*args).exit_code == 1
+
+
+# --- the generated code's line length ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", 88),
+    ("[tool.ruff]\nline-length = 100\n", 100),
+    ("[tool.black]\nline-length = 79\n", 79),
+    ("[tool.black]\nline-length = 79\n[tool.ruff]\nline-length = 120\n", 120),  # ruff's first
+    ("[tool.ruff.lint]\nselect = ['E']\n", 88),
+])
+def test_line_length_is_ruffs_else_blacks_else_88(tmp_path, text, expected):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "demo"\n' + text)
+    (tmp_path / "sub").mkdir()
+    assert config.line_length(tmp_path / "sub") == expected
+    assert config.line_length(tmp_path / "no-pyproject-here-but-above") == expected
+
+
+@pytest.mark.parametrize("value", ['"100"', "0", "1000", "true", "10.5"])
+def test_bad_line_length_exits_2_naming_the_file(project, value):
+    (project / "pyproject.toml").write_text(
+        (project / "pyproject.toml").read_text() + f"\n[tool.ruff]\nline-length = {value}\n")
+    result = invoke("build")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("dbgen: pyproject.toml: [tool.ruff] line-length must be a whole number "
+                                    "from 1 to 320, not "), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert not (project / "gen").exists()
+
+
+def test_the_projects_line_length_shapes_the_code_and_a_change_rebuilds(project):
+    """Built at the project's line length (some line longer than 88, none longer than 100); the
+    line length is in the spec hash: changing it makes the files stale, and check says so."""
+    assert invoke("build").exit_code == 0
+    narrow = {p.name: p.read_text() for p in (project / "gen").glob("*.py")}
+    assert max(len(line) for text in narrow.values() for line in text.splitlines()) <= 88
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + "\n[tool.ruff]\nline-length = 100\n")
+    result = invoke("check")
+    assert result.exit_code == 1 and "square.py" in result.stdout + result.stderr, result.stdout + result.stderr
+    assert invoke("build").exit_code == 0
+    wide = {p.name: p.read_text() for p in (project / "gen").glob("*.py")}
+    assert wide.keys() == narrow.keys() and wide["square.py"] != narrow["square.py"]
+    assert narrow["square.py"].splitlines()[1] != wide["square.py"].splitlines()[1]  # the spec hash
+    assert 88 < max(len(line) for text in wide.values() for line in text.splitlines()) <= 100
+    assert invoke("check").exit_code == 0

@@ -110,6 +110,33 @@ def test_progress_line_on_a_terminal(project, terminal, monkeypatch):
     assert result.stderr.endswith("\r\x1b[K")  # erased before the result line
 
 
+def test_an_error_after_the_progress_line_starts_a_line_of_its_own(project, terminal, monkeypatch):
+    """A spec that fails while generating (after the progress line showed '[3/3] square') is reported
+    on its own line: the line is cleared first, whichever Console reports the error."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    (project / "specs" / "deep.yaml").write_text(
+        "name: deep\nexpr: exp(exp(x*y))\ninputs: [x, y]\norder: 4\nstrategy: nested\n"
+    )
+    result = invoke("build", "specs", "--size-limit", "60")
+    assert result.exit_code == 2
+    assert "[3/3] square" in result.stderr  # the progress line was shown
+    lines = result.stderr.split("\n")
+    error = next(line for line in lines if "specs/deep.yaml:2:" in line)
+    assert error.rsplit("\r\x1b[K", 1)[-1].startswith("specs/deep.yaml:2: expr: symbolic work exceeded"), repr(error)
+    assert lines[-2] == "dbgen: 1 problem(s); nothing was written"
+
+
+def test_clear_progress_is_shared_by_every_console(monkeypatch, terminal):
+    monkeypatch.setenv("NO_COLOR", "1")
+    stream = _Stream(True)
+    monkeypatch.setattr("sys.stderr", stream)
+    console.Console().progress(1, 2, "mish")
+    console.Console().error("dbgen: boom")  # another Console, as cli.py makes one per error
+    assert stream.getvalue() == "\r\x1b[K[1/2] mish\r\x1b[Kdbgen: boom\n"
+    console.clear_progress()  # nothing shown any more: writes nothing
+    assert stream.getvalue().endswith("boom\n")
+
+
 def test_no_progress_line_off_a_terminal(project):
     result = invoke("build", "specs")
     assert result.exit_code == 0
@@ -206,3 +233,40 @@ def test_every_command_help_has_an_example(command):
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())
     assert f"Example: dbgen {command}" in text, text
+
+
+# metavars: a value option shows what to give, a flag nothing, and no type column ('<bool>')
+HELP_SHOWS = {
+    "build": ("Usage: dbgen build [OPTIONS] [SPECS]...", "-o, --output OUT", "--tests-out DIR", "-j, --jobs N",
+              "--time-limit SECONDS", "--size-limit NODES", "--fuse / --no-fuse", "SPECS..."),
+    "check": ("Usage: dbgen check [OPTIONS] [SPECS]...", "-o, --output OUT", "--time-limit SECONDS"),
+    "bench": ("Usage: dbgen bench [OPTIONS] SPECS...", "--size N", "--orders ORDERS", "--threads N",
+              "--repeats N", "--report FILE", "--plot FILE", "--dtype DTYPE"),
+    "show": ("Usage: dbgen show [OPTIONS] SPEC...", "--size-limit NODES"),
+    "graph": ("Usage: dbgen graph [OPTIONS] SPEC", "-o, --output FILE", "--order N"),
+    "new": ("Usage: dbgen new [OPTIONS] NAME", "--expr EXPR", "--inputs NAMES", "--order N",
+            "--params NAME=NUMBER", "--strategy STRATEGY", "--doc TEXT", "-o, --output PATH"),
+    "schema": ("Usage: dbgen schema [OPTIONS]", "-o, --output FILE"),
+}
+FLAGS = {"build": ("--prune", "--no-rewrite", "--force", "-q, --quiet", "-v, --verbose", "--help"),
+         "bench": ("--fuse",), "show": ("--latex",), "check": ("--no-rewrite",)}
+
+
+@pytest.mark.parametrize("command", sorted(HELP_SHOWS))
+def test_help_metavars_and_placeholders(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    text = result.stdout
+    for shown in HELP_SHOWS[command]:
+        assert shown in text, (shown, text)
+    for flag in FLAGS.get(command, ()):
+        assert re.search(rf"^  {re.escape(flag)}  ", text, re.M), (flag, text)  # no metavar after a flag
+    assert not re.search(r"<\w[\w \[\]]*>", text), text  # '<bool>', '<path>', '<int range>', '<list[Path]>'
+    assert "{" not in text.splitlines()[0] and "╭" not in text  # no '{spec}' placeholder, no box
+
+
+def test_top_level_help_has_no_types():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("Usage: dbgen [OPTIONS] COMMAND [ARGS]...")
+    assert re.search(r"^  --version  +Print the version", result.stdout, re.M) and "<bool>" not in result.stdout

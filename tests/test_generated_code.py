@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -184,9 +185,9 @@ def test_tutorial_patterns_are_what_the_examples_generate():
     assert "ctx.save_for_backward(out)" in src["exp"]
     assert "return out, exp_x, exp_neg_x" in src["sinh"]
     assert "def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):" in src["sinh"]
-    assert "CubeBackwardForCompile if torch.compiler.is_compiling() else CubeBackward\n" in src["cube"]
+    assert "CubeLevel1ForCompile if torch.compiler.is_compiling() else CubeLevel1\n" in src["cube"]
     assert "return level.apply(grad_out, x)" in src["cube"]
-    assert "class CubeBackward2(CubeBackward2ForCompile):" in src["cube"]
+    assert "class CubeLevel2(CubeLevel2ForCompile):" in src["cube"]
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
@@ -199,6 +200,41 @@ def test_module_docstring_shows_formula_and_each_derivative(path):
     if len(inputs) == 1:
         for k in range(2, spec["order"] + 1):
             assert f"d{k}f/d{inputs[0]}{k} = " in doc
+
+
+@pytest.mark.parametrize("build", ["save_inputs", "nested"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_public_function_has_type_hints_and_documents_every_argument(name, build, example_builds):
+    """Inputs are tensors, params keyword-only floats with their defaults, the result a tensor; the
+    docstring's Args name each (a param with its default) and it has Returns. The formula is
+    written once, in the module docstring: the function's docstring does not repeat it."""
+    path = example_builds[build] / f"{name}.py"
+    spec, module = _spec_of(path), import_path(path)
+    function = getattr(module, name)
+    signature = inspect.signature(function)
+    assert signature.return_annotation == "torch.Tensor" or signature.return_annotation is torch.Tensor
+    params = spec.get("params") or {}
+    assert list(signature.parameters) == [*spec["inputs"], *params]
+    for x in spec["inputs"]:
+        assert signature.parameters[x].annotation is torch.Tensor
+        assert signature.parameters[x].default is inspect.Parameter.empty
+    for param, default in params.items():
+        parameter = signature.parameters[param]
+        assert parameter.annotation is float and parameter.default == default
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    doc = inspect.getdoc(function)
+    args = doc.split("\nArgs:\n", 1)[1].split("\n\n", 1)[0]
+    documented = [line.split(":")[0].strip() for line in args.splitlines() if not line.startswith("        ")]
+    assert documented == [*spec["inputs"], *params], args
+    for param, default in params.items():
+        assert f"default {float(default)!r}" in " ".join(args.split()), args
+    assert "\nReturns:\n    " in doc
+    formula = " ".join(module.__doc__.split("\n\n", 1)[0].split(" = ", 1)[1].split())
+    assert f"= {formula}" not in " ".join(doc.split())
+    tree = ast.parse(path.read_text())
+    docstrings = [ast.get_docstring(node) or "" for node in ast.walk(tree)
+                  if isinstance(node, (ast.ClassDef, ast.FunctionDef))]
+    assert not [d for d in docstrings if f"= {formula}" in " ".join(d.split())]
 
 
 class SinhBad(torch.autograd.Function):

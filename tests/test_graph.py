@@ -39,7 +39,7 @@ needs_tools = pytest.mark.skipif(_missing_tools() is not None, reason=str(_missi
 @pytest.fixture
 def specs(tmp_path, monkeypatch):
     (tmp_path / "specs").mkdir()
-    for name in ("sinh", "cube", "gaussian_rbf", "square"):
+    for name in ("sinh", "cube", "gaussian_rbf", "square", "mish"):
         shutil.copy(EXAMPLES / f"{name}.yaml", tmp_path / "specs")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -72,7 +72,41 @@ def test_cube_third_order_shows_every_nested_level(specs):
     result = graph("specs/cube.yaml", "-o", "cube.svg", "--order", "3")
     assert result.exit_code == 0, result.stderr
     names = node_names((specs / "cube.svg").read_text())
-    assert {"CubeBackward", "CubeBackwardBackward", "CubeBackward2Backward"} <= names
+    assert {"CubeBackward", "CubeLevel1Backward", "CubeLevel2Backward"} <= names
+
+
+def box_labels(svg: str) -> list[str]:
+    """The first text line of every box: a tensor's name ('' when unlabelled) or a node's class."""
+    boxes = re.findall(r'<g id="node\d+" class="node">(.*?)</g>', svg, re.S)
+    return [next(iter(re.findall(r"<text[^>]*>([^<]*)</text>", box)), "").strip() for box in boxes]
+
+
+@needs_tools
+@pytest.mark.parametrize("spec, order, saved", [
+    ("sinh", 2, {"exp_x", "exp_neg_x"}),          # save_outputs: extra outputs, new objects at each access
+    ("mish", 3, {"tanh_softplus_x", "sigmoid_x"}),  # nested: values handed from level to level
+])
+def test_saved_tensors_are_labelled_with_their_names(specs, spec, order, saved):
+    """Every tensor box has a name: none is only a size such as '(5)', as torchviz draws a custom
+    Function's saved tensors; the names are those of the generated code's save_for_backward."""
+    assert graph(f"specs/{spec}.yaml", "-o", "g.svg", "--order", str(order)).exit_code == 0
+    labels = box_labels((specs / "g.svg").read_text())
+    assert saved <= set(labels), labels
+    assert not [label for label in labels if re.fullmatch(r"\(\d+(, \d+)*\)|", label)], labels
+
+
+def test_saved_names_follow_the_generated_classes():
+    from codegen.graph import saved_names
+
+    source = (
+        "class FForCompile(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def setup_context(ctx, inputs, output):\n"
+        "        ctx.save_for_backward(x, exp_x)\n"
+        "class F(FForCompile):\n    pass\n"
+        "class Other:\n    pass\n"
+    )
+    assert saved_names(source) == {"FForCompileBackward": ("x", "exp_x"), "FBackward": ("x", "exp_x")}
 
 
 @needs_tools
@@ -155,7 +189,8 @@ def test_missing_dot_from_a_real_process(specs):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("-o", "sinh.pdf"), "dbgen: sinh.pdf: the picture's file name must end in .svg or .png, e.g. -o graph.svg"),
+    (("-o", "sinh.pdf"), "dbgen: sinh.pdf: the picture's file name must end in .svg or .png, e.g. -o sinh.svg"),
+    (("-o", "out/my graph"), "dbgen: out/my graph: the picture's file name must end in .svg or .png, e.g. -o out/my graph.svg"),
     (("-o", "sinh.svg", "--order", "0"), "dbgen: --order must be from 1 to 8, not 0"),
     (("-o", "sinh.svg", "--order", "9"), "dbgen: --order must be from 1 to 8, not 9"),
 ])
@@ -169,7 +204,7 @@ def test_bad_arguments(specs, args, message):
 def test_output_is_required(specs):
     result = graph("specs/sinh.yaml")
     assert result.exit_code == 2
-    assert "--output" in result.stderr
+    assert result.stderr == "dbgen: missing option '-o' / '--output'; see 'dbgen graph --help'\n"
 
 
 def test_bad_spec_is_reported_with_its_line(specs):
@@ -182,7 +217,7 @@ def test_bad_spec_is_reported_with_its_line(specs):
 def test_a_folder_is_refused(specs):
     result = graph("specs", "-o", "all.svg")
     assert result.exit_code == 2
-    assert "graph takes one spec file" in result.stderr
+    assert result.stderr == "dbgen: specs: is a folder; graph takes one spec file, e.g. dbgen graph specs/cube.yaml\n"
 
 
 def test_symbolic_work_is_bounded_as_in_build(specs):

@@ -116,6 +116,8 @@ def test_refuses_to_overwrite(here):
     (("list", "--expr", "x", "--inputs", "x"), "dbgen: NAME 'list' would shadow the Python builtin"),
     (("bad", "--expr", "x", "--inputs", "x", "--params", "beta"), "dbgen: --params 'beta' must be NAME=NUMBER"),
     (("bad", "--expr", "x", "--inputs", "x", "--params", "beta=one"), "dbgen: --params 'beta=one' must be NAME=NUMBER"),
+    (("bad", "--expr", "x", "--inputs", "x", "--params", "gain=high"),
+     "dbgen: --params 'gain=high' must be NAME=NUMBER, e.g. --params gain=1.0"),  # the user's name, not beta
     (("bad", "--expr", "x", "--inputs", "x", "--params", "x=1"), "dbgen: --params 'x' has the name of an input"),
 ])
 def test_refuses_a_bad_spec_and_writes_nothing(here, args, message):

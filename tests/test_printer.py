@@ -56,6 +56,62 @@ def test_folding_saves_kernels_where_it_can():
     assert (folded, plain) == (2, 5)  # addcmul, add(alpha) against 3*a, *b, 2*u and two sums
 
 
+LONG_SUM = t + a * b - 2 * a * u + 3 * b * u * t - a * t * u + 0.5 * b * b
+
+
+def _hoisting_printer() -> tuple[TorchPrinter, list[sympy.Expr]]:
+    named: list[sympy.Expr] = []
+
+    def name_for(expr):
+        named.append(expr)
+        return f"part{len(named)}"
+
+    return TorchPrinter(TENSORS, name_for=name_for), named
+
+
+def test_a_long_folded_sum_is_split_by_named_temporaries_two_calls_deep_at_most():
+    """Five folds would nest five addcmul calls; each inner fold becomes a temporary (named from
+    the partial sum it holds), and running the lines gives the plain sum in no more kernels."""
+    printer, named = _hoisting_printer()
+    code = printer.doprint(LONG_SUM)
+    lines = [*printer.take_hoisted(), f"result = {code}"]
+    assert len(lines) >= 3 and printer.take_hoisted() == []
+    for line in lines:
+        assert _depth(line.split(" = ", 1)[1]) <= 2, lines
+    generator = torch.Generator().manual_seed(0)  # the inputs _evaluate uses
+    scope = {name: torch.randn(16, generator=generator, dtype=torch.float64) for name in TENSORS}
+    scope.update(torch=torch, math=math, beta=0.75)
+    run = "\n".join(lines)
+
+    def evaluate():
+        local = dict(scope)
+        exec(run, local)  # test code: the printer's own output for LONG_SUM
+        return local
+
+    plain, plain_ops = _evaluate(TorchPrinter(TENSORS, fold_sums=False).doprint(LONG_SUM))
+    values = evaluate()
+    torch.testing.assert_close(values["result"], plain, rtol=1e-14, atol=1e-14)
+    assert count_ops(evaluate) <= plain_ops
+    for number, expr in enumerate(named, start=1):  # each temporary holds the partial sum it is named from
+        want = eval(TorchPrinter(TENSORS, fold_sums=False).doprint(expr), dict(scope))
+        torch.testing.assert_close(values[f"part{number}"], want, rtol=1e-14, atol=1e-14)
+
+
+def test_without_name_for_a_sum_folds_as_before():
+    printer = TorchPrinter(TENSORS)
+    code = printer.doprint(LONG_SUM)
+    assert printer.take_hoisted() == [] and _depth(code) > 2
+
+
+def _depth(code: str) -> int:
+    import ast
+
+    def depth(node):
+        return max((depth(child) for child in ast.iter_child_nodes(node)), default=0) + isinstance(node, ast.Call)
+
+    return depth(ast.parse(code, mode="eval").body)
+
+
 def test_sums_of_floats_print_as_python():
     assert TorchPrinter(TENSORS).doprint(beta + 2) == "beta + 2"
     assert TorchPrinter(TENSORS, fold_sums=False).doprint(t + a * b) == "a*b + t"

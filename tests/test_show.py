@@ -51,14 +51,14 @@ def test_cube_nested_levels(specs):
     assert "  f(x) = x³\n" in text
     assert "∂f/∂x = 3·x²" in text and "∂²f/∂x² = 6·x" in text and "∂³f/∂x³ = 6" in text
     assert "Generated Functions (3)" in text
-    assert "    backward: applies CubeBackward, the next level\n" in text
-    assert "    backward: applies CubeBackward2, the next level\n" in text
+    assert "    backward: applies CubeLevel1, the next level\n" in text
+    assert "    backward: applies CubeLevel2, the next level\n" in text
     assert "    forward(grad_out, x) -> grad_x    [3 ops]\n" in text
     assert "computes  grad_x = 3·grad_out·x²" in text
     assert "    forward(grad2_x, grad_out, x) -> grad_grad_out, grad_x" in text
     levels = re.findall(r"^  (Cube\w*\.(?:forward|backward)): (\d+)$", text, re.M)
     assert [name for name, _ in levels] == [
-        "Cube.forward", "CubeBackward.forward", "CubeBackward2.forward", "CubeBackward2.backward",
+        "Cube.forward", "CubeLevel1.forward", "CubeLevel2.forward", "CubeLevel2.backward",
     ]
     assert levels[0][1] == "1"  # x**3 is one power
 
@@ -110,11 +110,31 @@ def test_bad_spec(specs):
     assert result.stderr.splitlines()[0].startswith("specs/bad.yaml:2: expr: '^' is not power")
 
 
-@pytest.mark.parametrize("path, what", [("specs", "is a folder"), ("nowhere.yaml", "no such file")])
-def test_one_spec_file_only(specs, path, what):
+@pytest.mark.parametrize("path, hint", [
+    ("specs", "is a folder; show takes one spec file, e.g. dbgen show specs/activation.yaml"),
+    ("specs/activaton.yaml", "no such file; show takes one spec file, e.g. dbgen show specs/activation.yaml"),
+    ("specs/rbf.yml", "no such file; show takes one spec file, e.g. dbgen show specs/rbf_kernel.yml"),
+    ("nowhere.yaml", "no such file; show takes one spec file (a .yaml or .yml path)"),
+])
+def test_one_spec_file_only_with_a_hint_from_the_users_own_files(tmp_path, monkeypatch, path, hint):
+    """The example names a spec of the user's project (in the folder given, or the closest name
+    beside a mistyped one), never one of dbgen's own examples the project does not have."""
+    (tmp_path / "specs").mkdir()
+    for name in ("activation.yaml", "rbf_kernel.yml"):
+        (tmp_path / "specs" / name).write_text((EXAMPLES / "sinh.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["show", path])
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"dbgen: {path}: {what}; show takes one spec file, e.g. dbgen show specs/sinh.yaml"
+    assert result.stderr == f"dbgen: {path}: {hint}\n"
+
+
+def test_a_bad_spec_does_not_say_nothing_was_written(specs):
+    """show writes nothing anyway: its summary line says how many problems, not what it did not write."""
+    (specs / "bad.yaml").write_text("name: bad\nexpr: x ^ 2\ninputs: [x]\norder: 0\n")
+    result = CliRunner().invoke(app, ["show", "specs/bad.yaml"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-1] == "dbgen: 2 problem(s); fix the spec(s) and rerun"
+    assert "written" not in result.stderr
 
 
 @pytest.mark.parametrize("expr, text", [
@@ -148,9 +168,9 @@ def test_labels(index, unicode, latex):
 
 
 def test_readme_sample_is_what_show_prints(monkeypatch):
-    """The README's sample output stays true (update it when the plan for sinh changes)."""
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme[readme.index("### `dbgen show SPEC`"):]
+    """The docs' sample output stays true (update it when the plan for sinh changes)."""
+    readme = (EXAMPLES.parent / "docs" / "guide" / "commands.md").read_text()
+    section = readme[readme.index("## `dbgen show SPEC`"):]
     sample = re.search(r"```text\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(EXAMPLES.parent)
     assert show.show_text(Path("specs/sinh.yaml")) == sample
