@@ -23,7 +23,8 @@ MUTATIONS = {
     "square": (r"grad_x = grad_out \* x \* 2", "grad_x = grad_out * x * 2.001",
                ["test_derivatives_match_composed[1]", "test_derivatives_match_composed[2]"]),
     # the third derivative, at the last nested level only: gradcheck and gradgradcheck cannot see it
-    "cube": (r"grad_x = t2 \* \(t0 \+ t1\)", "grad_x = t2 * (t0 + 1.001 * t1)",
+    "cube": (r"grad_x = scaled_grad2_x \* \(prod_grad3_grad_out_x \+ prod_grad3_x_grad_out\)",
+             "grad_x = scaled_grad2_x * (prod_grad3_grad_out_x + 1.001 * prod_grad3_x_grad_out)",
              ["test_derivatives_match_composed[3]"]),
     # the tutorial's warning: forget the gradient arriving on an intermediate output
     "sinh": (r"\n        if grad_exp_x is not None:\n            grad_x = _accumulate\(grad_x, exp_x \* grad_exp_x\)", "",
