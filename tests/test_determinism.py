@@ -45,6 +45,7 @@ def _env(**extra: str) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_output_is_byte_identical_across_runs(tmp_path):
     runs = {
         # name: (working directory, reverse creation order, SPECS and OUT arguments, environment)
