@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codegen import __version__
 
 REPO = Path(__file__).resolve().parent.parent
