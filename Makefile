@@ -1,12 +1,17 @@
 # Two commands set everything up on a fresh machine:
 #   make build   -> creates .venv (torch 2.13.0 CPU first, then dbgen with its test extras) and runs `dbgen build specs/`
-#   make test    -> the same set-up, then every test: the project's tests and generated/tests
+#   make test    -> the same set-up, then the fast tests: all but those marked slow, in parallel
+#                   (pytest-xdist), the property tests at a quarter budget
+#   make test-all-> every test, slow ones and full property budgets included (what CI runs after)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
+# pytest-xdist workers: auto = one per CPU core
+JOBS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(JOBS) --durations=10
 
-.PHONY: build test check clean docs
+.PHONY: build test test-all check clean docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +27,10 @@ check: $(VENV)/.installed
 	$(BIN)/dbgen check specs/
 
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest
+	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} $(PYTEST) -m "not slow"
+
+test-all: $(VENV)/.installed
+	$(PYTEST)
 
 # The documentation site, warnings as errors, into site/ (offline: no fonts or plugins fetched).
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml

@@ -584,6 +584,7 @@ def test_a_bad_expression_is_reported_with_other_files_problems_on_rebuild(specs
 # --- several spec paths ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_several_spec_paths_as_a_shell_glob_gives_them(specs_only):
     """`dbgen build specs/*.yaml` (the shell expands it) builds them all; each header names its own
     spec, and the files made from all specs name the folder that holds them, as `build specs` does:
@@ -604,6 +605,7 @@ def test_several_spec_paths_as_a_shell_glob_gives_them(specs_only):
     assert again.returncode == 0 and "(0 file(s) written)" in again.stdout
 
 
+@pytest.mark.slow
 def test_several_folders_and_files_together(specs_only):
     more = specs_only / "more"
     more.mkdir()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codegen import __version__
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +47,7 @@ def _env(**extra: str) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_output_is_byte_identical_across_runs(tmp_path):
     runs = {
         # name: (working directory, reverse creation order, SPECS and OUT arguments, environment)

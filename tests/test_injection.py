@@ -340,6 +340,7 @@ def _packs(names: list[str], size: int):
         yield index, names[index:index + size], STRATEGIES[number % len(STRATEGIES)]
 
 
+@pytest.mark.slow
 def test_the_generated_codes_own_names_can_be_inputs(tmp_path, generated_code_names):
     """x and 7 of those names as inputs: the generated code renames its own locals, and the
     derivatives stay right."""

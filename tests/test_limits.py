@@ -335,7 +335,7 @@ def _ani_angular_torch(theta, r1, r2, zeta, ShfZ, EtaA, ShfA, Rc):
             * torch.exp(-EtaA * ((r1 + r2) / 2 - ShfA) ** 2) * fc(r1) * fc(r2))
 
 
-@pytest.mark.parametrize("strategy", ["auto", "nested"])
+@pytest.mark.parametrize("strategy", [pytest.param("auto", marks=pytest.mark.slow), "nested"])
 def test_torchani_angular_term_builds_at_the_defaults_and_matches_autograd(tmp_path, strategy):
     import math
 
@@ -351,6 +351,7 @@ def test_torchani_angular_term_builds_at_the_defaults_and_matches_autograd(tmp_p
                         rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_the_default_size_limit_leaves_real_three_input_functions_twice_the_room_they_need():
     """How a user spells a formula moves its size by about 20 % either way: the default must not sit
     just above what a real function needs. Measured without limits, TorchANI's angular term in two

@@ -78,6 +78,7 @@ def test_wheel_ships_the_package_and_templates(wheel):
     assert not [n for n in names if n.startswith(("tests/", "specs/", "generated/", "templates/"))], sorted(names)
 
 
+@pytest.mark.slow
 def test_installed_wheel_builds_from_another_folder(venv, tmp_path):
     python = venv / BIN / f"python{EXE}"
     where = _run(

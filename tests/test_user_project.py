@@ -73,7 +73,7 @@ def test_the_compile_marker_is_registered_by_the_generated_conftest(tmp_path):
     assert refused.returncode != 0 and "'compile' not found in `markers`" in refused.stdout + refused.stderr
 
 
-@pytest.mark.parametrize("how", ["option", "table"])
+@pytest.mark.parametrize("how", [pytest.param("option", marks=pytest.mark.slow), "table"])
 def test_tests_set_apart_collect_and_pass_and_check_knows_them(tmp_path, how):
     """tests/generated/: outside the package, no package marker (it would become a top-level
     package 'generated' and shadow the real one, which the user's test imports), names of their own."""
