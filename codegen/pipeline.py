@@ -209,8 +209,8 @@ def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from
     hash only what they depend on (the set of names, the version), so that editing one spec
     rewrites that spec's files only; they are read back when up to date (rendering imports SymPy,
     0.6 s: most of an unchanged rebuild)."""
-    width = "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
-    init_digest = hashlib.sha256(f"dbgen {__version__}{width}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
+    init_digest = hashlib.sha256(
+        f"dbgen {__version__}{_width_key(line_length)}\n{chr(10).join(sorted(names))}\n".encode()).hexdigest()
     support_digest = _support_digest(line_length)
     wanted = {"__init__.py": (init_digest, lambda: render_init(names, shown, init_digest, line_length)),
               layout.path("conftest.py"): (support_digest,
@@ -230,8 +230,13 @@ def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from
 def _support_digest(line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
     """The header digest of the tests' files that depend on no spec: the version (and the line
     length) decide them."""
-    width = "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
-    return hashlib.sha256(f"dbgen {__version__} tests support{width}\n".encode()).hexdigest()
+    return hashlib.sha256(f"dbgen {__version__} tests support{_width_key(line_length)}\n".encode()).hexdigest()
+
+
+def _width_key(line_length: int) -> str:
+    """What a line length adds to a package file's digest: nothing at the default, so that default
+    builds keep their digests."""
+    return "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
 
 
 def render_init(names: list[str], specs_path: str, digest: str, line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
@@ -243,10 +248,9 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
 def render_support(template: str, specs_path: str, digest: str,
                    line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
     """A file of the generated tests' that depends on no spec (``templates/NAME.jinja``)."""
-    from .render import _environment, ruff_formatted
+    from .render import render_support as render
 
-    text = _environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))
-    return seal(ruff_formatted(text, line_length))
+    return seal(render(template, specs_path, digest, line_length))
 
 
 def plan_spec(spec: Spec, rewrite: bool = True):

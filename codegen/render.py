@@ -229,6 +229,12 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
     )
 
 
+def render_support(template: str, specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
+    """A file of the generated tests' that depends on no spec (``templates/TEMPLATE.jinja``)."""
+    text = _environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))
+    return ruff_formatted(text, line_length)
+
+
 def _stability_points(bounds: tuple[float, float], explicit: bool) -> tuple[float, ...]:
     """The domain's ends; where the spec sets no domain for the input, also +-20, +-40, +-100.
 
