@@ -232,6 +232,9 @@ def bench(
     Prints the tables on stdout; writes files only where asked: the markdown report with
     --report FILE, the plot with --plot FILE. Example: dbgen bench specs/ --size 4096 --report bench.md
     """
+    from .write import import_torch
+
+    import_torch()  # bench imports it; a signal inside torch's import would be lost
     from . import bench as benchmark
 
     try:

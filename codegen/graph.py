@@ -46,6 +46,9 @@ def picture_format(output: Path) -> str:
 
 def check_tools() -> None:
     """torchviz and Graphviz's ``dot`` are optional dependencies: say how to install what is missing."""
+    from .write import import_torch
+
+    import_torch()  # torchviz imports it; a signal inside torch's import would be lost
     try:
         import torchviz  # noqa: F401
     except ImportError as exc:

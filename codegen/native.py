@@ -23,6 +23,13 @@ class NativeError(ValueError):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, or ``NativeError`` naming what is wrong."""
+    from .write import HeldSignals
+
+    with HeldSignals():  # torch's import, and the lazy submodules the lookup may import (write.import_torch)
+        return _resolve(name)
+
+
+def _resolve(name: str) -> Callable:
     import torch
 
     version = torch.__version__.split("+")[0]

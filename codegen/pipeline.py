@@ -278,10 +278,9 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:
     """generate_one, and what auto left out or passed over (``ModulePlan.notes``, for --verbose)."""
     from . import domain
-    from .write import HeldSignals
+    from .write import import_torch
 
-    with HeldSignals():  # SIGTERM in the middle of torch's import aborts the process (SIGABRT)
-        from . import memory  # noqa: F401 - imports torch before the time limit starts (memory.py)
+    import_torch()  # before the time limit starts (memory.py imports it)
     from .render import render_module, render_tests
 
     try:
