@@ -1,15 +1,18 @@
 # Two commands set everything up on a fresh machine:
 #   make build   -> creates .venv (torch 2.13.0 CPU first, then dbgen with its test extras) and runs `dbgen build specs/`
 #   make test    -> the same set-up, then the fast tests: all but those marked slow, in parallel
-#                   (pytest-xdist), the property tests at a quarter budget
-#   make test-all-> every test, slow ones and full property budgets included (what CI runs after)
+#                   (pytest-xdist), the property tests at a quarter budget, the CLI run in the
+#                   tests' own processes (tests/helpers.py run_dbgen)
+#   make test-all-> every test, slow ones and full property budgets included, every CLI call in a
+#                   fresh process (what CI runs after)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
-# pytest-xdist workers: auto = one per CPU core
+# pytest-xdist workers: auto = one per CPU core; a test file stays on one worker, so that its
+# module fixtures (built projects, generated examples) are made once
 JOBS ?= auto
-PYTEST := $(BIN)/python -m pytest -n $(JOBS) --durations=10
+PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=10
 
 .PHONY: build test test-all check clean docs
 
@@ -27,7 +30,8 @@ check: $(VENV)/.installed
 	$(BIN)/dbgen check specs/
 
 test: $(VENV)/.installed
-	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} $(PYTEST) -m "not slow"
+	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} DBGEN_TEST_CLI=$${DBGEN_TEST_CLI:-inprocess} \
+		$(PYTEST) -m "not slow"
 
 test-all: $(VENV)/.installed
 	$(PYTEST)

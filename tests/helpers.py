@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,3 +70,86 @@ def sample(shape, lo, hi, seed, dtype=torch.float64):
     generator = torch.Generator().manual_seed(seed)
     x = lo + (hi - lo) * torch.rand(shape, generator=generator, dtype=torch.float64)
     return x.to(dtype).requires_grad_()
+
+
+def strategy_matrix(names, strategies) -> list:
+    """``pytest.param(name, strategy)`` for every pair, those outside the fast budget marked slow.
+
+    ``make test`` runs each name under two strategies (``auto`` when it is one of them, and one
+    more chosen by rotation, so that every strategy is run by some names) and ``make test-all``
+    runs every pair: the strategy matrix, budgeted (issue 13)."""
+    import pytest
+
+    names, strategies = list(names), list(strategies)
+    concrete = [s for s in strategies if s != "auto"]
+    params = []
+    for index, name in enumerate(names):
+        second = "auto" if "auto" in strategies else concrete[(index + 1) % len(concrete)]
+        fast = {concrete[index % len(concrete)], second}
+        for strategy in strategies:
+            marks = () if strategy in fast else (pytest.mark.slow,)
+            params.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
+    return params
+
+
+def budget(values, ids=None) -> list:
+    """``pytest.param`` of each value, every other one (from the second) marked slow: ``make test``
+    runs half of a long list of like cases, ``make test-all`` all of them (issue 13)."""
+    import pytest
+
+    values = list(values)
+    ids = list(ids) if ids is not None else [None] * len(values)
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), id=i, marks=(pytest.mark.slow,) if n % 2 else ())
+            for n, (v, i) in enumerate(zip(values, ids))]
+
+
+# How the tests run the ``dbgen`` command. ``subprocess`` (the default, and what ``make test-all``
+# runs): ``python -m codegen`` in a fresh process, as users do. ``inprocess`` (what ``make test``
+# sets, DBGEN_TEST_CLI=inprocess): ``cli.run()`` in the test's own process with the argument list,
+# working folder, environment and standard streams swapped in and the signal handlers put back
+# after; the same code from the entry point on, without the ~2 s each fresh Python spends starting
+# and importing torch and SymPy. Calls that need a process of their own (signals, umask, a second
+# build holding the lock, import checks) take one whatever the mode.
+CLI_MODE = os.environ.get("DBGEN_TEST_CLI", "subprocess")
+
+
+def run_dbgen(args, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``dbgen ARGS`` in ``cwd`` with environment ``env`` (the whole environment; None: this one)."""
+    env = dict(os.environ if env is None else env)
+    if CLI_MODE == "inprocess":
+        return _run_dbgen_in_process(list(args), cwd, env)
+    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _run_dbgen_in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    import contextlib
+    import io
+    import signal
+
+    from codegen import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    code: int = 0
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["dbgen", *args]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.run()
+            except SystemExit as stop:
+                if isinstance(stop.code, str):  # sys.exit("text"): Python prints it and exits 1
+                    err.write(stop.code + "\n")
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return subprocess.CompletedProcess(["dbgen", *args], code, out.getvalue(), err.getvalue())

@@ -21,6 +21,7 @@ import torch
 from codegen import pipeline
 from codegen.errors import SpecErrors
 from codegen.spec import load_spec
+from helpers import run_dbgen
 
 REPO = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 60
@@ -355,8 +356,7 @@ def test_bad_spec_is_refused_with_its_line_and_message(tmp_path, case):
 def _run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DBGEN_DEBUG"}
     env["PYTHONPATH"] = str(REPO)
-    command = [sys.executable, "-m", "codegen", *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    return run_dbgen(args, cwd, env, timeout=CLI_TIMEOUT_S)
 
 
 def _twins(folder: Path) -> None:

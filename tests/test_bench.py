@@ -214,6 +214,7 @@ def report_rows(report: str) -> dict[str, list[dict[str, str]]]:
     return tables
 
 
+@pytest.mark.slow
 def test_bench_command_writes_report_and_plot(small_run):
     tmp, result = small_run
     assert result.returncode == 0, result.stderr

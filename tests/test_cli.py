@@ -1,6 +1,7 @@
-"""The ``dbgen`` command as users and CI run it: a fresh process, in their own folder.
+"""The ``dbgen`` command as users and CI run it, in their own folder.
 
-Every run goes through ``python -m codegen`` in a subprocess whose working directory is a temporary
+Every run goes through the entry point (``python -m codegen`` in a subprocess, or ``cli.run()`` in
+this process under ``make test``: helpers.run_dbgen) with its working directory a temporary
 folder holding a few small example specs, so that paths in headers and messages are the ones a user
 sees. Every failing run is also checked for a traceback: none may reach a user.
 """
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 import codegen
+from helpers import run_dbgen
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"
@@ -30,16 +32,14 @@ CONCRETE_STRATEGIES = {"save_inputs", "save_outputs", "intermediates", "nested"}
 
 
 def dbgen(*args: str, cwd: Path, env: dict | None = None, umask: int | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m codegen ARGS`` in ``cwd``; a failing run must not show a traceback."""
-    result = subprocess.run(
-        [sys.executable, "-m", "codegen", *args],
-        cwd=cwd,
-        env=_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=(lambda: os.umask(umask)) if umask is not None else None,
-    )
+    """Run ``dbgen ARGS`` in ``cwd`` (helpers.run_dbgen: a fresh process, or in this one under
+    ``make test``; always a process of its own with a ``umask``); a failing run must not show a
+    traceback."""
+    if umask is None:
+        result = run_dbgen(args, cwd, _env(env), timeout=120)
+    else:
+        result = subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=_env(env), capture_output=True,
+                                text=True, timeout=120, preexec_fn=lambda: os.umask(umask))
     if result.returncode != 0:
         assert "Traceback" not in result.stderr + result.stdout, result.stderr
     return result
@@ -273,6 +273,7 @@ def test_each_module_stands_alone(built):
     assert result.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_default_output_folder_is_generated(specs_only):
     result = dbgen("build", "specs", cwd=specs_only)
     assert result.returncode == 0, result.stderr
@@ -280,6 +281,7 @@ def test_default_output_folder_is_generated(specs_only):
     assert dbgen("check", "specs", cwd=specs_only).returncode == 0
 
 
+@pytest.mark.slow
 def test_single_spec_file(specs_only):
     result = dbgen("build", "specs/square.yaml", "-o", "out", cwd=specs_only)
     assert result.returncode == 0, result.stderr
@@ -327,6 +329,7 @@ def test_rebuild_rewrites_only_what_changed(work):
     assert changed == {"exp.py", "tests/test_exp.py"}  # not __init__.py: the set of names is the same
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
 def test_written_files_get_ordinary_permissions(specs_only):
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only, umask=0o022).returncode == 0
@@ -360,6 +363,7 @@ def test_build_with_a_bad_spec_writes_nothing(specs_only):
     assert not (specs_only / "out").exists()
 
 
+@pytest.mark.slow
 def test_prune_removes_orphans_only(work):
     out = work / "out"
     (out / "handwritten.py").write_text("# not generated\nVALUE = 1\n")
@@ -420,6 +424,7 @@ def test_check_sees_a_changed_spec(work):
     assert stderr_lines_with(result, "out/tests/test_sinh.py", "stale"), result.stderr
 
 
+@pytest.mark.slow
 def test_fuse_flag_sets_fuse_on_every_spec_and_check_follows(specs_only):
     assert dbgen("build", "specs", "--fuse", "-o", "out", cwd=specs_only).returncode == 0
     assert "@_fused" in (specs_only / "out" / "square.py").read_text()
@@ -481,6 +486,7 @@ def test_internal_error_has_no_traceback(tmp_path, debug):
 # --- the generated tests ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_generated_tests_pass(work):
     (work / "pytest.ini").write_text("[pytest]\n")  # keep any outer configuration out
     result = subprocess.run(
@@ -497,6 +503,7 @@ def test_generated_tests_pass(work):
 
 # --- build speed: skipping up-to-date specs, --force, --jobs -------------------------------------
 
+@pytest.mark.slow
 def test_unchanged_rebuild_skips_generation_and_rewrites_a_hand_edited_file(specs_only):
     """build and check agree about a hand edit: check says plain build fixes it, and build does."""
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
@@ -523,6 +530,7 @@ def test_unchanged_rebuild_skips_generation_and_rewrites_a_hand_edited_file(spec
     assert dbgen("check", "specs", "-o", "out", cwd=specs_only).returncode == 0
 
 
+@pytest.mark.slow
 def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     """A file as dbgen wrote it (header and body hash agree) that is not what dbgen writes now --
     written by another ruff, say -- is kept by build; only then does check ask for --force."""
@@ -541,7 +549,7 @@ def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     assert module.read_text() == pristine
 
 
-@pytest.mark.parametrize("tests_out", [(), ("--tests-out", "tests/gen")], ids=["default", "tests_out"])
+@pytest.mark.parametrize("tests_out", [(), pytest.param(("--tests-out", "tests/gen"), marks=pytest.mark.slow)], ids=["default", "tests_out"])
 def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(specs_only, tests_out):
     """Importing SymPy is most of a rebuild's time: an unchanged one (__init__.py included) needs none."""
     assert dbgen("build", "specs", "-o", "out", *tests_out, cwd=specs_only).returncode == 0
@@ -555,6 +563,7 @@ def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(spec
     assert "(0 file(s) written)" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_changed_spec_is_regenerated_and_only_it(specs_only):
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
     spec = specs_only / "specs" / "square.yaml"
@@ -564,6 +573,7 @@ def test_a_changed_spec_is_regenerated_and_only_it(specs_only):
     assert "ORDER = 3" in (specs_only / "out" / "square.py").read_text()
 
 
+@pytest.mark.slow
 def test_jobs_output_is_identical_to_a_serial_build(specs_only):
     assert dbgen("build", "specs", "-o", "serial", cwd=specs_only).returncode == 0
     assert dbgen("build", "specs", "-o", "parallel", "--jobs", "2", cwd=specs_only).returncode == 0
@@ -572,6 +582,7 @@ def test_jobs_output_is_identical_to_a_serial_build(specs_only):
     assert serial == parallel
 
 
+@pytest.mark.slow
 def test_a_bad_expression_is_reported_with_other_files_problems_on_rebuild(specs_only):
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
     (specs_only / "specs" / "bad_order.yaml").write_text("name: bad_order\nexpr: x\ninputs: [x]\norder: 99\n")
@@ -633,6 +644,7 @@ def test_names_must_be_unique_across_every_path(specs_only):
     assert bad.returncode == 2 and "nowhere: no such file or directory" in bad.stderr
 
 
+@pytest.mark.slow
 def test_bare_build_without_a_table_builds_specs_folder(specs_only):
     """No argument, no [tool.dbgen]: SPECS is specs/, where `dbgen new` writes specs."""
     result = dbgen("build", cwd=specs_only)
@@ -650,6 +662,7 @@ def test_show_takes_several_spec_files(specs_only):
     assert refused.returncode == 2 and "specs: is a folder" in refused.stderr
 
 
+@pytest.mark.slow
 def test_bench_takes_several_spec_paths(specs_only):
     result = dbgen("bench", "specs/square.yaml", "specs/exp.yaml", "--size", "8", "--orders", "0",
                    "--strategies", "save_inputs", "--repeats", "1", "--report", "r.md", "--plot", "p.png",

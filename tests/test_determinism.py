@@ -98,6 +98,7 @@ SPEC_FORMS = [
 PACKAGE_FILES = ("__init__.py", "tests/__init__.py", "tests/conftest.py", "tests/_dbgen_checks.py")  # not from one spec
 
 
+@pytest.mark.slow
 def test_headers_name_specs_with_slashes_however_specs_is_given(tmp_path):
     """The header names the spec relative to the working directory with '/' separators, whatever
     form SPECS takes (backslashes too, where they are separators); below it, every byte is equal."""
@@ -128,6 +129,7 @@ def test_headers_name_specs_with_slashes_however_specs_is_given(tmp_path):
     assert len(bodies[0]) == 10 and all(body == bodies[0] for body in bodies)
 
 
+@pytest.mark.slow
 def test_checked_in_output_is_up_to_date():
     """`dbgen check specs/` passes in the repository: generated/ is what specs/ build to."""
     result = subprocess.run(

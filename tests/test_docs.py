@@ -49,7 +49,10 @@ OUTPUT_CHECKS = {
 
 
 def _params(examples: list[Example]):
-    return [pytest.param(e, id=e.id, marks=[pytest.mark.compile] if e.argument == "compile" else [])
+    """Each example a test; in ``make test`` only the README's (what a newcomer runs first), the
+    others in ``make test-all`` (each makes a project and runs Python in it: 4-8 s)."""
+    return [pytest.param(e, id=e.id, marks=[*([pytest.mark.compile] if e.argument == "compile" else []),
+                                            *([] if e.id.startswith("README.md") else [pytest.mark.slow])])
             for e in examples]
 
 
@@ -144,6 +147,7 @@ def test_every_page_is_in_the_nav_and_markers_are_known():
             assert marker in markers, f"{relative}: unknown marker {marker}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None,
                     reason="mkdocs and mkdocs-material are not installed (pip install -e '.[docs]'; make docs)")
 def test_site_builds_strictly(tmp_path):

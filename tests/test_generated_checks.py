@@ -111,6 +111,7 @@ SPOILED = "\nRTOL, ATOL = -1.0, -1.0  # every comparison fails\n"
 SESSIONS = [("prepend", ("a", "b")), ("importlib", ("b", "a"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, folders", SESSIONS, ids=[mode for mode, _ in SESSIONS])
 def test_two_output_folders_in_one_session_run_their_own_checks(tmp_path, mode, folders):
     """a/ and b/ both hold f.py, tests/test_f.py and tests/_dbgen_checks.py; b's checks are spoiled.
@@ -126,6 +127,7 @@ def test_two_output_folders_in_one_session_run_their_own_checks(tmp_path, mode, 
     assert "failed" in outcomes["b"], (result.stdout + result.stderr)[-3000:]
 
 
+@pytest.mark.slow
 def test_tests_set_apart_import_their_checks_with_import_mode_importlib(tmp_path):
     """No package marker there, no sys.path entry with importlib: the checks are found by path
     (the default import mode: tests/test_user_project.py)."""

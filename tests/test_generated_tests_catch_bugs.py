@@ -55,7 +55,7 @@ def _run_generated_tests(out: Path, name: str) -> subprocess.CompletedProcess:
 
 
 # square's case stays in `make test`; the others (about 12 s each) run in `make test-all`
-@pytest.mark.parametrize("name", [n if n == "square" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(MUTATIONS)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) for n in sorted(MUTATIONS)])
 def test_generated_tests_fail_on_a_corrupted_formula(tmp_path, name):
     pattern, replacement, must_fail = MUTATIONS[name]
     out = _build(tmp_path, name)

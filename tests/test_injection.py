@@ -25,7 +25,7 @@ import torch
 from codegen import __version__, pipeline, write
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
-from helpers import assert_chains_close, derivative_chain, import_path, sample
+from helpers import assert_chains_close, budget, derivative_chain, import_path, sample
 
 REPO = Path(__file__).resolve().parent.parent
 PLAIN = "name: inj\nexpr: a * sin(x) * exp(y) + tanh(x * y)\ninputs: [x, y]\nparams: {a: 0.5}\norder: 2\n"
@@ -138,7 +138,7 @@ DOCS_REFUSED = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(DOCS_KEPT))
+@pytest.mark.parametrize("kind", budget(sorted(DOCS_KEPT)))
 def test_doc_stays_inside_its_docstrings(tmp_path, plain_files, kind):
     raw, doc = DOCS_KEPT[kind]
     files = generate(tmp_path, PLAIN + f"doc: {raw}\n")
@@ -167,7 +167,7 @@ FILE_NAMES_REFUSED = {
 }
 
 
-@pytest.mark.parametrize("file_name", FILE_NAMES_KEPT)
+@pytest.mark.parametrize("file_name", budget(FILE_NAMES_KEPT))
 def test_spec_path_stays_inside_the_header_comment(tmp_path, plain_files, file_name):
     files = generate(tmp_path, PLAIN, file_name)
     assert_same_code(files, plain_files)
@@ -234,7 +234,7 @@ def _literal(source: str, name: str):
     raise AssertionError(f"no CASE = checks.Case(..., {name}=...) in the file")
 
 
-@pytest.mark.parametrize("raw", sorted(NUMBERS_KEPT))
+@pytest.mark.parametrize("raw", budget(sorted(NUMBERS_KEPT)))
 def test_param_numbers_are_written_exactly(tmp_path, plain_files, raw):
     value = NUMBERS_KEPT[raw]
     files = generate(tmp_path, PLAIN.replace("{a: 0.5}", f"{{a: {raw}}}"))
@@ -420,8 +420,8 @@ def test_a_fused_module_still_falls_back_to_eager(tmp_path, monkeypatch, name):
     assert any("torch.compile failed" in str(w.message) for w in caught)
 
 
-@pytest.mark.parametrize("name", ["x", "a", "generated", "composed", "make_inputs", "derivative_chain", "pytest",
-                                  "sys", "forward", "backward", "setup_context", "jvp", "apply"])
+@pytest.mark.parametrize("name", budget(["x", "a", "generated", "composed", "make_inputs", "derivative_chain", "pytest",
+                                         "sys", "forward", "backward", "setup_context", "jvp", "apply"]))
 def test_spec_names_that_the_generated_code_uses_elsewhere(tmp_path, name):
     """The name of an input, of a param, or of something in the test file or the Functions."""
     files = generate(tmp_path, PLAIN.replace("name: inj", f"name: {name}"))

@@ -177,7 +177,7 @@ def problems(result: subprocess.CompletedProcess) -> list[re.Match]:
 
 
 @pytest.mark.parametrize("command, options, size_limit", [
-    ("build", (), limits.DEFAULT.size),  # the defaults, as users get them
+    pytest.param("build", (), limits.DEFAULT.size, marks=pytest.mark.slow),  # the defaults, as users get them
     ("check", ("--size-limit", "1000"), 1000),
 ])
 def test_the_cli_reports_a_blow_up(tmp_path, command, options, size_limit):
@@ -191,6 +191,7 @@ def test_the_cli_reports_a_blow_up(tmp_path, command, options, size_limit):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_cli_time_limit_holds_in_every_worker(tmp_path):
     blow_up(tmp_path / "specs", "first")
     blow_up(tmp_path / "specs", "second")
@@ -335,7 +336,7 @@ def _ani_angular_torch(theta, r1, r2, zeta, ShfZ, EtaA, ShfA, Rc):
             * torch.exp(-EtaA * ((r1 + r2) / 2 - ShfA) ** 2) * fc(r1) * fc(r2))
 
 
-@pytest.mark.parametrize("strategy", [pytest.param("auto", marks=pytest.mark.slow), "nested"])
+@pytest.mark.parametrize("strategy", [pytest.param("auto", marks=pytest.mark.slow), pytest.param("nested", marks=pytest.mark.slow)])
 def test_torchani_angular_term_builds_at_the_defaults_and_matches_autograd(tmp_path, strategy):
     import math
 

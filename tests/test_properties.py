@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from codegen import pipeline, write
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
-from helpers import build_spec, derivative_chain, sample
+from helpers import budget, build_spec, derivative_chain, sample
 
 R = 1.5  # inputs are drawn from [-R, R]
 CAP = 20.0  # a subexpression whose value could exceed this in size is squashed
@@ -446,7 +446,7 @@ def test_every_order_matches_autograd_through_the_tree(case):
 X, Y = (Node("name", value=name, lo=-R, hi=R) for name in ("x", "y"))
 
 
-@pytest.mark.parametrize("index, name", list(enumerate(sorted(FUNCTION_ARITY))), ids=sorted(FUNCTION_ARITY))
+@pytest.mark.parametrize("index, name", budget(enumerate(sorted(FUNCTION_ARITY)), ids=sorted(FUNCTION_ARITY)))
 def test_every_function_of_the_language_under_a_strategy(tmp_path, index, name):
     """Each function at least once per run whatever hypothesis draws: name(x*y - sin(x)) (wrapped
     into its domain the way the random trees are, a different wrapper per function) at order 3."""
@@ -520,6 +520,7 @@ def _fixed_case() -> Case:
 
 # About 10 s an example (a subprocess importing torch, then vmap, jacfwd, ... tests): the ci profile
 # runs the fixed example only, the long one random cases too.
+@pytest.mark.slow
 @settings(max_examples=scaled(1),
           phases=[Phase.explicit] if settings.default.max_examples <= 100 else list(Phase))
 @example(case=_fixed_case())

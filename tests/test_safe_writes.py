@@ -287,13 +287,21 @@ def dbgen(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-@pytest.fixture
-def project(tmp_path) -> Path:
-    """specs/ with two small examples, built into out/."""
-    (tmp_path / "specs").mkdir()
+@pytest.fixture(scope="module")
+def built_project(tmp_path_factory) -> Path:
+    """specs/ with two small examples, built into out/ once (a build is a subprocess: ~2 s)."""
+    root = tmp_path_factory.mktemp("built")
+    (root / "specs").mkdir()
     for name in ("square", "exp"):
-        shutil.copy(EXAMPLES / f"{name}.yaml", tmp_path / "specs")
-    assert dbgen("build", "specs", "-o", "out", cwd=tmp_path).returncode == 0
+        shutil.copy(EXAMPLES / f"{name}.yaml", root / "specs")
+    assert dbgen("build", "specs", "-o", "out", cwd=root).returncode == 0
+    return root
+
+
+@pytest.fixture
+def project(built_project, tmp_path) -> Path:
+    """A private copy of ``built_project`` to change."""
+    shutil.copytree(built_project, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
@@ -304,7 +312,7 @@ def wait_for(path: Path, seconds: float = 60) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow)])
 def test_a_signalled_build_exits_with_one_line_and_leaves_the_output_as_it_was(project, signum, code):
     (project / "specs" / "endless.yaml").write_text(ENDLESS)
     before = snapshot(project / "out")
@@ -324,6 +332,7 @@ def test_a_signalled_build_exits_with_one_line_and_leaves_the_output_as_it_was(p
     assert snapshot(project / "out") == before
 
 
+@pytest.mark.slow
 def test_a_first_build_interrupted_leaves_no_output_folder(project):
     (project / "specs" / "endless.yaml").write_text(ENDLESS)
     build = dbgen_process("build", "specs", "-o", "fresh/out", "--time-limit", "0", "--size-limit", "0", cwd=project)
@@ -386,6 +395,7 @@ def test_torch_is_imported_with_sigterm_held(project, command):
     assert "torch imported with signals held" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("action, code, message", [
     ("signal.raise_signal(signal.SIGTERM)", 143, "interrupted by SIGTERM"),
     ("raise RuntimeError('simulated bug')", 3, "internal error"),
@@ -407,6 +417,7 @@ def test_the_cli_rolls_back_a_swap_stopped_half_way(project, action, code, messa
 # --- prune, check, links ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prune_removes_only_generated_orphans_and_follows_no_link(project):
     out, outside = project / "out", project / "outside"
     outside.mkdir()

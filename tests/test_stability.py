@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import import_path
+from helpers import import_path, strategy_matrix
 
 
 def strictly_finite_and_close(tests, params) -> None:
@@ -48,8 +48,7 @@ SPECS = {
 }
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name, strategy", strategy_matrix(sorted(SPECS), STRATEGIES))
 def test_float32_derivatives_are_finite_and_close_far_from_the_origin(tmp_path, name, strategy):
     from helpers import build_spec
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from helpers import assert_chains_close, derivative_chain, sample
+from helpers import assert_chains_close, derivative_chain, sample, strategy_matrix
 
 T = torch
 STRATEGIES = ["auto", "save_inputs", "save_outputs", "intermediates", "nested"]
@@ -80,8 +80,7 @@ def _spec(name, case, strategy):
     return dict(spec, name=name, strategy=strategy)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name, strategy", strategy_matrix(sorted(CASES), STRATEGIES))
 def test_every_order_matches_composed_expression(build, name, strategy):
     case = CASES[name]
     module = build(**_spec(name, case, strategy))
@@ -160,8 +159,7 @@ TRICKY_NAMES = ["output", "inputs", "function", "level", "A", "AForCompile", "gr
                 "exp_x", "grad2_x"]
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("tricky", TRICKY_NAMES)
+@pytest.mark.parametrize("tricky, strategy", strategy_matrix(TRICKY_NAMES, STRATEGIES))
 def test_inputs_may_use_the_generated_codes_own_names(build, strategy, tricky):
     module = build(name="a", expr=f"x*tanh(softplus({tricky})) + exp(x)*k", inputs=["x", tricky],
                    params={"k": 0.5}, order=2, strategy=strategy)

@@ -13,7 +13,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import torch.func as tf
 
-from helpers import sample
+from helpers import budget, sample
 
 T = torch
 STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested"]
@@ -56,7 +56,7 @@ TRANSFORMS = {
 }
 
 
-@pytest.mark.parametrize("transform", sorted(TRANSFORMS))
+@pytest.mark.parametrize("transform", budget(sorted(TRANSFORMS)))
 def test_transform_matches_composed_expression(generated, point, transform):
     x, y, tx, ty = point
     actual = TRANSFORMS[transform](generated, x, y, tx, ty)

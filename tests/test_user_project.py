@@ -47,6 +47,7 @@ def passed(result: subprocess.CompletedProcess) -> int:
     return int(match.group(1)) if match else 0
 
 
+@pytest.mark.slow
 def test_generated_tests_collect_beside_a_users_test_of_the_same_name(tmp_path):
     root = user_project(tmp_path)
     assert dbgen("build", "specs", cwd=root).returncode == 0
@@ -60,6 +61,7 @@ def test_generated_tests_collect_beside_a_users_test_of_the_same_name(tmp_path):
     assert len(generated) >= 10 and passed(result) == len(generated) + 1, result.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_the_compile_marker_is_registered_by_the_generated_conftest(tmp_path):
     """--strict-markers refuses an unregistered marker at collection: the conftest registers it."""
     root = user_project(tmp_path)
@@ -73,7 +75,8 @@ def test_the_compile_marker_is_registered_by_the_generated_conftest(tmp_path):
     assert refused.returncode != 0 and "'compile' not found in `markers`" in refused.stdout + refused.stderr
 
 
-@pytest.mark.parametrize("how", [pytest.param("option", marks=pytest.mark.slow), "table"])
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["option", "table"])
 def test_tests_set_apart_collect_and_pass_and_check_knows_them(tmp_path, how):
     """tests/generated/: outside the package, no package marker (it would become a top-level
     package 'generated' and shadow the real one, which the user's test imports), names of their own."""
@@ -102,6 +105,7 @@ def test_tests_set_apart_collect_and_pass_and_check_knows_them(tmp_path, how):
     assert (root / "tests" / "test_square.py").read_text() == USER_TEST
 
 
+@pytest.mark.slow
 def test_moving_the_tests_leaves_the_old_ones_as_orphans(tmp_path):
     root = user_project(tmp_path)
     assert dbgen("build", "specs", cwd=root).returncode == 0
@@ -111,6 +115,7 @@ def test_moving_the_tests_leaves_the_old_ones_as_orphans(tmp_path):
     assert files_under(root / "checks") == {"conftest.py", "_dbgen_checks.py", "test_dbgen_square.py"}
 
 
+@pytest.mark.slow
 def test_tests_in_a_subfolder_of_the_output_are_packages_of_it(tmp_path):
     root = user_project(tmp_path)
     assert dbgen("build", "specs", "--tests-out", "generated/checks/deep", cwd=root).returncode == 0
