@@ -24,6 +24,7 @@ import sympy
 
 from . import limits, symbolic
 from .errors import SpecErrors
+from .printer import formula
 from .spec import DEFAULT_DOMAIN, Spec
 
 MAX_POINTS = 8000  # grid points in all; per input the largest 2**k + 1 that keeps within it
@@ -39,20 +40,25 @@ def _softplus(u: float) -> float:
     return max(u, 0.0) + math.log1p(math.exp(-abs(u)))
 
 
-_FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus}
+def _guard(x, taken, safe):
+    return x if taken else safe  # branches.Guard, on one point
+
+
+_FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus, "Guard": _guard}
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
 UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises on a form math cannot evaluate
 # mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
-_EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u))}
+_EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
+                    "Guard": _guard}
 
 
 def check(spec: Spec, expr: sympy.Expr) -> None:
     """Raise SpecErrors (one problem, on the ``domain`` line, else ``expr``) when the function or a
     derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
     inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
-    formulas = _formulas(_at_defaults(expr, spec), inputs, spec.order)
-    points = _grid([spec.bounds(name) for name in spec.inputs])
+    formulas = formulas_at_defaults(expr, spec, inputs)
+    points = grid([spec.bounds(name) for name in spec.inputs])
     try:
         failing = _failing(formulas, inputs, points)
     except UNEVALUATED:  # a SymPy form with no `math` meaning: not checked, not refused
@@ -66,6 +72,11 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
 def _at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
     values = dict(spec.params)
     return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
+
+
+def formulas_at_defaults(expr: sympy.Expr, spec: Spec, inputs) -> list[tuple[int, sympy.Expr]]:
+    """(order, formula): ``expr`` and its partials in ``inputs`` up to the spec's order, params at their defaults."""
+    return _formulas(_at_defaults(expr, spec), inputs, spec.order)
 
 
 def _formulas(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
@@ -91,7 +102,7 @@ def _per_input(count: int) -> int:
     return n
 
 
-def _grid(bounds: list[tuple[float, float]]) -> list[tuple[float, ...]]:
+def grid(bounds: list[tuple[float, float]]) -> list[tuple[float, ...]]:
     """Points covering the box: every combination of each input's evenly spaced values, ends included."""
     n = _per_input(len(bounds))
     axes = [[lo + (hi - lo) * k / (n - 1) for k in range(n - 1)] + [hi] for lo, hi in bounds]
@@ -175,13 +186,13 @@ def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
     for part in parts:
         value = _at_defaults(part, spec)
         if any(not_finite([value], inputs, where)[0]):
-            return sympy.sstr(part)
+            return formula(part)
         derivatives = _formulas(value, inputs, order)[1:]
         for k in range(1, order + 1):
             partials = [d for degree, d in derivatives if degree == k]
             if partials and any(any(row) for row in not_finite(partials, inputs, where)):
-                return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {sympy.sstr(part)}"
-    return sympy.sstr(expr)
+                return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {formula(part)}"
+    return formula(expr)
 
 
 def _where(spec: Spec, where, points) -> str:
@@ -223,7 +234,7 @@ def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
             candidates.append(((hi - lo) / width, name, (lo, hi)))
     for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
         proposal = {**bounds, name: narrowed}
-        box = _grid([proposal[n] for n in spec.inputs])
+        box = grid([proposal[n] for n in spec.inputs])
         if not any(_failing(formulas, inputs, box)):
             inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
             return "{" + inner + "}"

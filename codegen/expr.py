@@ -14,6 +14,7 @@ import warnings
 
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
+from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
 from .language import NOT_YET
 
@@ -93,7 +94,20 @@ FUNCTIONS: dict[str, tuple[object, int]] = {
     "sigmoid": (sigmoid, 1),
     "softplus": (softplus, 1),
     "abs": (sympy.Abs, 1),
+    # piecewise (v2): Piecewise with each branch's condition; derivatives branch by branch, and at a
+    # tie or boundary the native op's (torch.minimum splits the gradient of a tie in halves,
+    # torch.clamp passes it at either bound, relu gives 0 at 0)
+    "where": (lambda cond, a, b: sympy.Piecewise((a, cond), (b, True)), 3),
+    "min": (lambda a, b: sympy.Piecewise((a, a < b), (b, b < a), ((a + b) / 2, True)), 2),
+    "max": (lambda a, b: sympy.Piecewise((a, a > b), (b, b > a), ((a + b) / 2, True)), 2),
+    "clamp": (lambda x, lo, hi: sympy.Piecewise((hi, sympy.Or(x > hi, lo > hi)), (lo, x < lo), (x, True)), 3),
+    "relu": (lambda x: sympy.Piecewise((x, x > 0), (0, True)), 1),
 }
+# Arguments that are conditions (comparisons, and/or/not of them); every other argument is a number,
+# and a condition given where a number is wanted is its 0/1 indicator.
+CONDITION_ARGUMENTS = {"where": (0,)}
+USAGE = {"where": "where(cond, a, b): a where cond holds, else b", "min": "min(a, b)", "max": "max(a, b)",
+         "clamp": "clamp(x, lo, hi)", "atan2": "atan2(y, x)"}
 CONSTANTS = {"pi": sympy.pi, "E": sympy.E}
 
 MAX_CHARS = 2000
@@ -110,11 +124,12 @@ _CHAINS = ((ast.Add, ast.Sub), (ast.Mult, ast.Div))
 _LANGUAGE = "the language has numbers, inputs, params, pi, E, + - * / **, and calls such as exp(x)"
 _OPERATOR_TEXT = {
     ast.FloorDiv: "//", ast.Mod: "%", ast.MatMult: "@", ast.LShift: "<<", ast.RShift: ">>",
-    ast.BitOr: "|", ast.BitAnd: "&",
 }
+_COMPARISONS = {ast.Lt: sympy.Lt, ast.LtE: sympy.Le, ast.Gt: sympy.Gt, ast.GtE: sympy.Ge, ast.Eq: sympy.Eq,
+                ast.NotEq: sympy.Ne}
 _NODE_TEXT = {
     ast.Subscript: "a subscript (a[i])", ast.Lambda: "a lambda",
-    ast.Compare: "a comparison", ast.BoolOp: "'and'/'or'", ast.IfExp: "a conditional expression (a if c else b)",
+    ast.IfExp: "a conditional expression (a if c else b)",
     ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
     ast.ListComp: "a comprehension", ast.SetComp: "a comprehension", ast.DictComp: "a comprehension",
     ast.GeneratorExp: "a generator expression", ast.JoinedStr: "an f-string", ast.NamedExpr: "':='",
@@ -133,7 +148,7 @@ def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...
     names_known = inputs is not None and params is not None
     inputs, params = inputs or (), params or ()
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
-    result = _Builder(symbols, inputs, params, names_known).build(tree.body)
+    result = number(_Builder(symbols, inputs, params, names_known).build(tree.body))  # a bare condition: 0/1
     _check_result(result)
     _check_constants(result)
     return result
@@ -196,6 +211,31 @@ def _defined(value: sympy.Expr) -> sympy.Expr:
     if not value.free_symbols:
         _check_constants(value)
     return value
+
+
+def is_condition(value) -> bool:
+    """True for a comparison, and/or/not of comparisons, or a constant truth value (a SymPy Symbol
+    is a Boolean too, for logic: an input or param is a number here)."""
+    return isinstance(value, Boolean) and not isinstance(value, sympy.Expr)
+
+
+def number(value) -> sympy.Expr:
+    """``value`` where a number is wanted: a condition becomes its 0/1 indicator."""
+    if isinstance(value, BooleanTrue):
+        return sympy.S.One
+    if isinstance(value, BooleanFalse):
+        return sympy.S.Zero
+    if is_condition(value):
+        return sympy.Piecewise((1, value), (0, True))
+    return value
+
+
+def condition(value, where: str):
+    """``value`` where a condition is wanted; a number there is an error that says what to write."""
+    if is_condition(value):
+        return value
+    raise ExprError(f"{where} must be a condition such as x > 0 (a comparison, or and/or/not of them), "
+                    f"not the number {_short(value)}")
 
 
 def _check_result(result: sympy.Expr) -> None:
@@ -311,6 +351,9 @@ class _Builder:
             raise ExprError("complex numbers are not allowed; dbgen differentiates real functions")
         raise ExprError(f"a string is not allowed in an expression; {_LANGUAGE}")
 
+    def _build_IfExp(self, node: ast.IfExp) -> sympy.Expr:
+        raise ExprError("a conditional expression (a if c else b) is not allowed; write where(c, a, b)")
+
     def _build_Attribute(self, node: ast.Attribute) -> sympy.Expr:
         raise ExprError(f"attribute access ('.{node.attr}') is not allowed; call the language's functions by bare name, as in exp(x)")
 
@@ -331,11 +374,27 @@ class _Builder:
     def _build_UnaryOp(self, node: ast.UnaryOp) -> sympy.Expr:
         operand = self.build(node.operand)
         if isinstance(node.op, ast.USub):
-            return -operand
+            return -number(operand)
         if isinstance(node.op, ast.UAdd):
-            return operand
-        op = {ast.Not: "'not'", ast.Invert: "'~'"}.get(type(node.op), "this unary operator")
-        raise ExprError(f"{op} is not allowed in expressions")
+            return number(operand)
+        text = "'not'" if isinstance(node.op, ast.Not) else "'~'"
+        return sympy.Not(condition(operand, f"the operand of {text}"))
+
+    def _build_Compare(self, node: ast.Compare) -> sympy.Expr:
+        """``a < b``, and chains: ``0 < x < 1`` is ``0 < x and x < 1`` (each part built once)."""
+        values = [number(self.build(part)) for part in (node.left, *node.comparators)]
+        tests = []
+        for op, left, right in zip(node.ops, values, values[1:]):
+            if type(op) not in _COMPARISONS:
+                text = "'is'" if isinstance(op, (ast.Is, ast.IsNot)) else "'in'"
+                raise ExprError(f"{text} is not a comparison of the language; use < <= > >= == !=")
+            tests.append(_COMPARISONS[type(op)](left, right))
+        return sympy.And(*tests)
+
+    def _build_BoolOp(self, node: ast.BoolOp) -> sympy.Expr:
+        word = "and" if isinstance(node.op, ast.And) else "or"
+        operands = [condition(self.build(value), f"each operand of '{word}'") for value in node.values]
+        return sympy.And(*operands) if word == "and" else sympy.Or(*operands)
 
     def _build_BinOp(self, node: ast.BinOp) -> sympy.Expr:
         group = next((ops for ops in _CHAINS if isinstance(node.op, ops)), None)
@@ -345,20 +404,30 @@ class _Builder:
             node = node.left
         if not chain:
             _check_operator(node.op)
+            if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
+                return self._combine(node)
             return self._apply(node.op, self.build(node.left), self.build(node.right))
         result = self.build(node)
         for link in reversed(chain):
             result = self._apply(link.op, result, self.build(link.right))
         return result
 
+    def _combine(self, node: ast.BinOp) -> sympy.Expr:
+        """``(a) & (b)``, ``(a) | (b)``: conditions combined, as torch's masks are."""
+        text = "&" if isinstance(node.op, ast.BitAnd) else "|"
+        where = f"each operand of '{text}' (write ({'x > 0'}) {text} ({'y > 0'}), with parentheses)"
+        left, right = (condition(self.build(side), where) for side in (node.left, node.right))
+        return sympy.And(left, right) if text == "&" else sympy.Or(left, right)
+
     @staticmethod
     def _apply(op: ast.operator, left: sympy.Expr, right: sympy.Expr) -> sympy.Expr:
+        left, right = number(left), number(right)
         if isinstance(op, ast.Add):
             return left + right
         if isinstance(op, ast.Sub):
             return left - right
         if isinstance(op, ast.Mult):
-            return left * right
+            return _indicator_product(left, right) or _indicator_product(right, left) or left * right
         if isinstance(op, ast.Div):
             if right.is_zero:
                 raise ExprError("division by zero")
@@ -381,14 +450,25 @@ class _Builder:
         function, arity = FUNCTIONS[name]
         if len(node.args) != arity:
             plural = "s" if arity != 1 else ""
-            raise ExprError(f"{name}() takes {arity} argument{plural}, got {len(node.args)}")
-        return function(*(self.build(arg) for arg in node.args))
+            usage = f"; write {USAGE[name]}" if name in USAGE else ""
+            raise ExprError(f"{name}() takes {arity} argument{plural}, got {len(node.args)}{usage}")
+        conditions = CONDITION_ARGUMENTS.get(name, ())
+        args = [condition(self.build(arg), f"{name}()'s first argument") if index in conditions
+                else number(self.build(arg)) for index, arg in enumerate(node.args)]
+        return function(*args)
+
+
+def _indicator_product(indicator: sympy.Expr, value: sympy.Expr) -> sympy.Expr | None:
+    """``value * (x < 1)`` as ``where(x < 1, value, 0)``: a condition used as a 0/1 factor selects."""
+    if not isinstance(indicator, sympy.Piecewise) or not all(arg.expr.is_Number for arg in indicator.args):
+        return None
+    return sympy.Piecewise(*((value * arg.expr, arg.cond) for arg in indicator.args))
 
 
 def _check_operator(op: ast.operator) -> None:
     if isinstance(op, ast.BitXor):
         raise ExprError("'^' is not power in dbgen (it is XOR in Python); write '**', as in x**2")
-    if type(op) not in _BINARY:
+    if type(op) not in _BINARY and not isinstance(op, (ast.BitAnd, ast.BitOr)):
         text = _OPERATOR_TEXT.get(type(op), type(op).__name__)
         raise ExprError(f"operator '{text}' is not in the language; use + - * / **")
 

@@ -9,21 +9,23 @@ FUNCTION_ARITY = {
     "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "atan2": 2,
     "sinh": 1, "cosh": 1, "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
     "erf": 1, "erfc": 1, "sigmoid": 1, "softplus": 1, "abs": 1,
+    # piecewise (v2): a branch is never evaluated where it is not taken (branches.py)
+    "where": 3, "min": 2, "max": 2, "clamp": 3, "relu": 1,
 }
+PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
 CONSTANT_NAMES = ("pi", "E")
 
 # Names users reach for that the language does not have (yet): what the message says instead of
 # a did-you-mean, which would be wrong (min is not sin). Where the language can already say it,
 # the hint gives the formula; the formulas are exact.
-_PIECEWISE = "not in the language yet (piecewise functions come in a later version)"
+_PIECEWISE = "not in the language; write it with where(cond, a, b), min, max, clamp or relu"
 _SPECIAL = "not in the language yet (special functions come in a later version)"
 NOT_YET = {
-    "min": f"{_PIECEWISE}; for min(a, b) write (a + b - abs(a - b))/2",
-    "max": f"{_PIECEWISE}; for max(a, b) write (a + b + abs(a - b))/2",
-    "minimum": f"{_PIECEWISE}; for minimum(a, b) write (a + b - abs(a - b))/2",
-    "maximum": f"{_PIECEWISE}; for maximum(a, b) write (a + b + abs(a - b))/2",
-    "relu": f"{_PIECEWISE}; for relu(x) write (x + abs(x))/2, or softplus(x) for a smooth one",
-    "clamp": _PIECEWISE, "clip": _PIECEWISE, "where": _PIECEWISE, "heaviside": _PIECEWISE,
+    "minimum": "not in the language; write min(a, b)",
+    "maximum": "not in the language; write max(a, b)",
+    "clip": "not in the language; write clamp(x, lo, hi)",
+    "heaviside": "not in the language; write where(x > 0, 1, where(x == 0, h, 0)), or (x > 0) as a 0/1 number",
+    "select": "not in the language; write where(cond, a, b)",
     "sign": _PIECEWISE, "floor": _PIECEWISE, "ceil": _PIECEWISE, "round": _PIECEWISE,
     "lgamma": _SPECIAL, "gammaln": _SPECIAL, "gamma": _SPECIAL, "digamma": _SPECIAL, "polygamma": _SPECIAL,
     "erfinv": _SPECIAL, "erfcx": _SPECIAL, "ndtri": _SPECIAL, "log_ndtr": _SPECIAL, "zeta": _SPECIAL,

@@ -19,6 +19,7 @@ a timer firing inside an import would leave torch half imported.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import operator
 import types
@@ -109,9 +110,11 @@ def written_function(spec):
     from .language import FUNCTION_ARITY
 
     functions = {name: getattr(torch, name) for name in FUNCTION_ARITY if hasattr(torch, name)}
-    functions["softplus"] = torch.nn.functional.softplus
+    functions.update(softplus=torch.nn.functional.softplus, min=torch.minimum, max=torch.maximum)
     operators = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-                 ast.Pow: operator.pow}
+                 ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
+                 ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+                 ast.Eq: operator.eq, ast.NotEq: operator.ne}
     tree = ast.parse(spec.expr, mode="eval").body  # parse_expr has checked it against the language
 
     def fn(*inputs):
@@ -123,11 +126,22 @@ def written_function(spec):
             if isinstance(node, ast.Name):
                 return names[node.id]
             if isinstance(node, ast.UnaryOp):
+                if isinstance(node.op, (ast.Not, ast.Invert)):
+                    return ~walk(node.operand)
                 return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
             if isinstance(node, ast.BinOp):
                 return operators[type(node.op)](walk(node.left), walk(node.right))
+            if isinstance(node, ast.Compare):  # as torch code writes it: a chain joined by &
+                values = [walk(part) for part in (node.left, *node.comparators)]
+                tests = [operators[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:])]
+                return functools.reduce(operator.and_, tests)
+            if isinstance(node, ast.BoolOp):
+                return functools.reduce(operator.and_ if isinstance(node.op, ast.And) else operator.or_,
+                                        [walk(value) for value in node.values])
             args = [walk(arg) for arg in node.args]
-            args = [a if isinstance(a, torch.Tensor) else torch.tensor(float(a), dtype=torch.float64) for a in args]
+            if node.func.id == "where" and not isinstance(args[0], torch.Tensor):
+                return args[1] if args[0] else args[2]  # a condition on params: chosen in Python
+            args = [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=torch.float64) for a in args]
             return functions[node.func.id](*args)
 
         value = walk(tree)

@@ -255,6 +255,7 @@ def render_support(template: str, specs_path: str, digest: str,
 
 def plan_spec(spec: Spec, rewrite: bool = True):
     """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use)."""
+    from .branches import guard
     from .expr import ExprError, parse_expr
     from .memory import excess
     from .plan import make_plan
@@ -264,7 +265,7 @@ def plan_spec(spec: Spec, rewrite: bool = True):
         expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
     except ExprError as exc:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-    return make_plan(spec, expr, stabilize if rewrite else identity, accept=excess)
+    return make_plan(spec, guard(expr, spec), stabilize if rewrite else identity, accept=excess)
 
 
 def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:

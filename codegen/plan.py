@@ -695,11 +695,21 @@ def _describe(value: sympy.Expr) -> str:
     return "t"
 
 
+_RELATION_WORDS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
+
 def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
     if depth > 3:
         return None
     if value.is_Symbol:
         return value.name
+    if type(value).__name__ == "Guard":  # branches.Guard: the input, or a safe value where the branch is not taken
+        inner = _describe_rec(value.args[0], depth + 1)
+        return f"safe_{inner}" if inner else None
+    if isinstance(value, sympy.core.relational.Relational):
+        left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) for side in (value.lhs, value.rhs))
+        word = _RELATION_WORDS[value.rel_op]
+        return f"{left}_{word}_{right}" if left and right else None
     if isinstance(value, sympy.Function) and len(value.args) == 1:
         inner = _describe_rec(value.args[0], depth + 1)
         return f"{type(value).__name__.lower()}_{inner}" if inner else None
@@ -799,6 +809,11 @@ def _constant(value: sympy.Expr) -> str | None:
     if value is sympy.E:
         return "e"
     return None
+
+
+def _signed_constant(value: sympy.Expr) -> str | None:
+    name = _constant(value)
+    return f"neg{name}" if name and value.is_negative else name
 
 
 def _symbol(name: str) -> sympy.Symbol:

@@ -277,6 +277,59 @@ class TorchPrinter(PythonCodePrinter):
             return self._print(expr)
         return f"torch.full_like({self._print(other)}, {self._print(expr)})"
 
+    # --- branches (branches.py) -----------------------------------------------------------
+    def _print_Piecewise(self, expr):
+        """``torch.where`` per branch, the last branch innermost; a choice on params alone is made
+        in Python (``a if c else b``), so that the branch not taken is not evaluated."""
+        *pieces, (last, _) = [(arg.expr, arg.cond) for arg in expr.args]
+        if not any(self.is_tensor(cond) for _, cond in pieces):
+            code = self._print(last)
+            for value, cond in reversed(pieces):
+                code = f"({self._print(value)} if {self._print(cond)} else {code})"
+            return code
+        code = self._print(last)
+        for index, (value, cond) in reversed(list(enumerate(pieces))):
+            branch = self._print(value)
+            if not (self.is_tensor(value) or index < len(pieces) - 1 or self.is_tensor(last)):
+                branch = f"torch.full_like({self._tensor_of(cond)}, {branch})"  # where() of two floats is float32
+            code = f"torch.where({self._print(cond)}, {branch}, {code})"
+        return code
+
+    def _tensor_of(self, cond) -> str:
+        """A tensor the condition compares, to give a branch of floats its dtype and device."""
+        return self._print(min((s for s in cond.free_symbols if s in self.tensors), key=lambda s: s.name))
+
+    def _print_Guard(self, expr):
+        value, taken, safe = expr.args
+        return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
+
+    def _print_Relational(self, expr):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        lhs = self.parenthesize(expr.lhs, PRECEDENCE["Relational"] + 1)
+        rhs = self.parenthesize(expr.rhs, PRECEDENCE["Relational"] + 1)
+        return f"{lhs} {op} {rhs}"
+
+    def _print_And(self, expr):
+        return self._joined_conditions(expr, "&", "and")
+
+    def _print_Or(self, expr):
+        return self._joined_conditions(expr, "|", "or")
+
+    def _joined_conditions(self, expr, tensor_op: str, float_op: str) -> str:
+        """Masks combine with & and | (each part in parentheses, as torch needs); Python bools with and/or."""
+        op = tensor_op if self.is_tensor(expr) else float_op
+        return f" {op} ".join(f"({self._print(arg)})" for arg in sorted(expr.args, key=sympy.default_sort_key))
+
+    def _print_Not(self, expr):
+        (arg,) = expr.args
+        return f"~({self._print(arg)})" if self.is_tensor(arg) else f"not ({self._print(arg)})"
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
     def emptyPrinter(self, expr):
         raise NotImplementedError(f"dbgen cannot print {type(expr).__name__} as torch code: {expr}")
 
@@ -294,3 +347,35 @@ def _call_depth(code: str) -> int:
         return inner + isinstance(node, ast.Call)
 
     return depth(ast.parse(code, mode="eval").body)
+
+
+class LanguagePrinter(StrPrinter):
+    """SymPy -> the spec's expression language, for docstrings and messages: branches as
+    ``where(cond, a, b)`` and guarded inputs as the inputs (branches.py)."""
+
+    def _print_Piecewise(self, expr):
+        *pieces, (last, _) = [(arg.expr, arg.cond) for arg in expr.args]
+        code = self._print(last)
+        for value, cond in reversed(pieces):
+            code = f"where({self._print(cond)}, {self._print(value)}, {code})"
+        return code
+
+    def _print_Guard(self, expr):
+        return self._print(expr.args[0])
+
+    def _print_And(self, expr):
+        return " and ".join(self.parenthesize(arg, PRECEDENCE["And"]) for arg in expr.args)
+
+    def _print_Or(self, expr):
+        return " or ".join(self.parenthesize(arg, PRECEDENCE["Or"]) for arg in expr.args)
+
+    def _print_Not(self, expr):
+        return f"not {self.parenthesize(expr.args[0], PRECEDENCE['Not'])}"
+
+    def _print_Relational(self, expr):
+        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+
+
+def formula(expr: sympy.Expr) -> str:
+    """``expr`` as a user writes it in a spec."""
+    return LanguagePrinter().doprint(expr)

@@ -16,7 +16,8 @@ import sympy
 
 from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
-from .printer import TorchPrinter
+from .branches import boundaries
+from .printer import TorchPrinter, formula
 from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
 from .write import header
@@ -219,6 +220,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
             name: repr(_stability_points(bounds, explicit=name in spec.explicit_domain)) for name, bounds in spec.domain
         },
         strategy=plan.strategy,
+        boundaries={name: repr(values) for name, values in boundaries(plan.expr, spec).items()},
     ), spec.line_length)
 
 
@@ -533,7 +535,7 @@ def _unpack(names) -> str:
 
 
 def _formula(expr: sympy.Expr) -> str:
-    return sympy.sstr(expr)
+    return formula(expr)
 
 
 # where the module docstring writes a derivative: at 4 spaces, its continuation lines at 8
@@ -545,7 +547,7 @@ def _derivative_lines(plan: ModulePlan, width: int) -> list[str]:
     spaces within ``width``) is replaced by its operation count."""
     lines = []
     for index, derivative in plan.derivatives:
-        text = sympy.sstr(derivative)
+        text = formula(derivative)
         line = f"{_label(index)} = {text}"
         if len(text) > MAX_DOC_FORMULA or not fits(line, width, DERIVATIVE_INDENT, DERIVATIVE_HANGING):
             text = f"({sympy.count_ops(derivative)} operations; see the generated formulas below)"

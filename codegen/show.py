@@ -14,6 +14,9 @@ from pathlib import Path
 
 import sympy
 
+from .branches import unguarded
+from .printer import formula
+
 MAX_SHOWN_CHARS = 1200  # a longer formula is summarised by its size: nobody reads it on a terminal
 _SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
 
@@ -179,7 +182,7 @@ def _superscript(number: int) -> str:
 
 def _unicode(expr: sympy.Expr) -> str:
     """A compact one-line form: 3·x², exp(-x)/2, √(x), π. Names are ASCII, so '*' is always an operator."""
-    text = sympy.sstr(expr)
+    text = formula(expr)
     text = re.sub(r"\*\*(?:(\d+)(?![\d.])|\((-\d+)\))", lambda m: _superscript(int(m.group(1) or m.group(2))), text)
     text = text.replace("**", "^").replace("*", "·")
     text = re.sub(r"\bsqrt\(", "√(", text)
@@ -187,6 +190,7 @@ def _unicode(expr: sympy.Expr) -> str:
 
 
 def _latex(expr: sympy.Expr) -> str:
+    expr = unguarded(expr)
     names = {s: _latex_name(s.name) for s in expr.free_symbols if isinstance(s, sympy.Symbol)}
     return sympy.latex(expr, symbol_names=names)
 

@@ -14,6 +14,7 @@ import yaml
 from torch.autograd.function import FunctionCtx
 
 from codegen import pipeline, write
+from helpers import strategy_matrix
 from helpers import derivative_chain, import_path, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +54,7 @@ def _functions(tree: ast.Module):
             yield node, {f.name: f for f in node.body if isinstance(f, ast.FunctionDef)}
 
 
-@pytest.mark.parametrize("where", ["checked_in", *BUILDS])
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name, where", strategy_matrix(EXAMPLES, ["checked_in", *BUILDS]))
 def test_only_params_are_kept_on_ctx(name, where, example_builds):
     """Tensors reach backward only through save_for_backward; ctx attributes hold params, and a param
     is a Python number: the public function refuses anything else before any Function runs.
@@ -123,8 +123,7 @@ def tensors_stored_on_ctx(monkeypatch):
         yield stored
 
 
-@pytest.mark.parametrize("where", ["checked_in", *BUILDS])
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize("name, where", strategy_matrix(EXAMPLES, ["checked_in", *BUILDS]))
 def test_no_tensor_is_ever_kept_on_ctx_at_run_time(name, where, example_builds, monkeypatch):
     """A runtime scan of every ctx attribute, through forward and a create_graph backward to ORDER:
     with number params (at non-default values), and with tensor params, which must be refused

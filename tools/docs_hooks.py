@@ -26,7 +26,7 @@ BAD_SPECS = [
     ("An operator that is not in the language", "write `**` for powers",
      "name: f\nexpr: x^2\ninputs: [x]\norder: 2\n"),
     ("A function that is not in the language", "use a listed function, or the formula suggested",
-     "name: f\nexpr: relu(x)\ninputs: [x]\norder: 2\n"),
+     "name: f\nexpr: gelu(x)\ninputs: [x]\norder: 2\n"),
     ("An unknown name", "declare it under `inputs` or `params`, or fix the typo",
      "name: f\nexpr: sinn(x) * k\ninputs: [x]\norder: 2\n"),
     ("An order out of range", "use a whole number from 1 to 8",

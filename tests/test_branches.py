@@ -1,0 +1,187 @@
+"""Piecewise functions (contract v2, section 1): the language, derivatives branch by branch under
+every strategy, NaN-free at every order, and the native ops' conventions at ties and boundaries.
+
+The reference is independent of dbgen's guards: each point on its own (a 0-d tensor), the branch
+chosen by a Python ``if``, differentiated by autograd, so that the branch not taken is never
+evaluated there (``pointwise``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from codegen.expr import ExprError, parse_expr
+from helpers import assert_chains_close, derivative_chain, strategy_matrix
+
+STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested", "auto"]
+T = torch
+
+
+def pointwise(fn):
+    """``fn`` of 0-d tensors applied to each element of the broadcast inputs (autograd flows back)."""
+    def apply(*inputs, **params):
+        shape = torch.broadcast_shapes(*(x.shape for x in inputs))
+        flat = [x.expand(shape).reshape(-1) for x in inputs]
+        values = [fn(*(x[i] for x in flat), **params) for i in range(flat[0].numel())]
+        return torch.stack([v if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=inputs[0].dtype)
+                            + 0 * flat[0][i] for i, v in enumerate(values)]).reshape(shape)
+    return apply
+
+
+# name -> (spec, pointwise reference on 0-d tensors, points per input)
+CASES = {
+    # e3nn's soft_unit_step: exp(-1/x) overflows for small negative x; x = 0 exactly too
+    "soft_unit_step": (dict(expr="where(x > 0, exp(-1/x), 0)", inputs=["x"], order=3),
+                       lambda x: T.exp(-1 / x) if x > 0 else 0.0 * x,
+                       [[-1000.0, -2.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 2.0, 50.0]]),
+    # pytorch/pytorch#52248's reproduction: gradient 1 at a = 100 (and 1000: exp overflows)
+    "exp_or_line": (dict(expr="where(a <= 0, exp(a), 1 + a)", inputs=["a"], order=3),
+                    lambda a: T.exp(a) if a <= 0 else 1 + a,
+                    [[-3.0, -0.5, 0.0, 0.5, 100.0, 1000.0]]),
+    # sqrt of a negative number in the untaken branch: gradient 1 at x < 0
+    "sqrt_or_line": (dict(expr="where(x > 0, sqrt(x), x)", inputs=["x"], order=3, domain={"x": [-2, 2]}),
+                     lambda x: T.sqrt(x) if x > 0 else x,
+                     [[-5.0, -1.0, -1e-6, 0.0, 1e-3, 1.0, 4.0]]),
+    "log_or_zero": (dict(expr="where(x > 0, log(x), 0)", inputs=["x"], order=3),
+                    lambda x: T.log(x) if x > 0 else 0.0 * x,
+                    [[-3.0, -1.0, 0.0, 0.25, 1.0, 3.0]]),
+    # NequIP/MACE's polynomial envelope times an indicator (p = 6), and a cosine cutoff at rc
+    "poly_cutoff": (dict(expr="(1 - 28*x**6 + 48*x**7 - 21*x**8) * (x < 1)", inputs=["x"], order=3,
+                         domain={"x": [0, 1.5]}),
+                    lambda x: 1 - 28 * x**6 + 48 * x**7 - 21 * x**8 if x < 1 else 0.0 * x,
+                    [[0.0, 0.3, 0.99, 1.0, 1.01, 1.4]]),
+    "cosine_cutoff": (dict(expr="where(r < rc, (cos(pi*r/rc) + 1)/2, 0)", inputs=["r"], params={"rc": 1.5},
+                           order=3, domain={"r": [0, 3]}),
+                      lambda r, rc=1.5: (T.cos(math.pi * r / rc) + 1) / 2 if r < rc else 0.0 * r,
+                      [[0.0, 0.7, 1.5, 2.0, 3.0]]),
+    # two inputs, a chained comparison and 'and', a guarded division removable singularity
+    "two_inputs": (dict(expr="where(0 < x < 1 and y > 0, log(x)*y, x*y) + sin(w*x)/where(x == 0, 1, x)",
+                        inputs=["x", "y"], params={"w": 1.5}, order=3),
+                   lambda x, y, w=1.5: ((T.log(x) * y if (0 < x < 1 and y > 0) else x * y)
+                                        + (T.sin(w * x) / (1 if x == 0 else x))),
+                   [[-1.0, 0.0, 0.5, 0.5, 1.5], [0.5, -1.0, 2.0, -0.5, 1.0]]),
+    # a choice on a param alone (beta = 0 takes the other branch, which is then never evaluated)
+    "param_choice": (dict(expr="where(beta != 0, log1p(exp(beta*x))/beta, x)", inputs=["x"], params={"beta": 2.0},
+                          order=3),
+                     lambda x, beta=2.0: T.log1p(T.exp(beta * x)) / beta if beta != 0 else x,
+                     [[-2.0, 0.0, 1.5]]),
+    "elu": (dict(expr="where(x > 0, x, alpha*(exp(x) - 1))", inputs=["x"], params={"alpha": 1.0}, order=3),
+            lambda x, alpha=1.0: x if x > 0 else alpha * (T.exp(x) - 1),
+            [[-3.0, -0.5, 0.0, 0.5, 3.0]]),
+    "huber": (dict(expr="where(abs(x) <= delta, x**2/2, delta*(abs(x) - delta/2))", inputs=["x"],
+                   params={"delta": 1.0}, order=3),
+              lambda x, delta=1.0: x**2 / 2 if abs(x) <= delta else delta * (abs(x) - delta / 2),
+              [[-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0]]),
+}
+
+
+def _points(values, dtype=torch.float64):
+    return [torch.tensor(v, dtype=dtype, requires_grad=True) for v in values]
+
+
+@pytest.mark.parametrize("name, strategy", strategy_matrix(sorted(CASES), STRATEGIES))
+def test_every_order_matches_the_branch_taken_and_is_finite(build, name, strategy):
+    spec, reference, points = CASES[name]
+    module = build(name=name, strategy=strategy, **spec)
+    params = spec.get("params", {})
+    inputs = _points(points)
+    order = spec["order"] + 1  # past ORDER too: the last level is differentiated by autograd
+    actual = derivative_chain(getattr(module, name), inputs, order, seed=3, params=params)
+    expected = derivative_chain(pointwise(reference), inputs, order, seed=3, params=params)
+    for level in [actual[0], *(g for grads in actual[1:] for g in grads)]:
+        assert torch.isfinite(level).all(), f"not finite: {level}"
+    assert_chains_close(actual, expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["soft_unit_step", "exp_or_line", "sqrt_or_line", "log_or_zero"])
+def test_no_nan_from_an_untaken_branch_in_either_float_type(build, name, dtype):
+    spec, reference, points = CASES[name]
+    module = build(name=name, strategy="auto", **spec)
+    inputs = _points(points, dtype)
+    chain = derivative_chain(getattr(module, name), inputs, spec["order"], seed=5)
+    for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
+        assert torch.isfinite(level).all(), f"{dtype}: {level}"
+    naive = {"soft_unit_step": lambda x: T.where(x > 0, T.exp(-1 / x), 0.0),
+             "exp_or_line": lambda a: T.where(a <= 0, T.exp(a), 1 + a),
+             "sqrt_or_line": lambda x: T.where(x > 0, T.sqrt(x), x),
+             "log_or_zero": lambda x: T.where(x > 0, T.log(x), 0.0)}[name]
+    (grad,) = torch.autograd.grad(naive(*inputs).sum(), inputs)
+    assert not torch.isfinite(grad).all(), "the control: autograd through torch.where gives NaN here"
+
+
+# At ties and boundaries the native op's derivative: torch.minimum/maximum split a tie's gradient
+# in halves, torch.clamp passes it at either bound, relu's is 0 at 0, abs's is 0 at 0.
+NATIVE = {
+    "min(x, y)": torch.minimum,
+    "max(x, y)": torch.maximum,
+    "clamp(x, -1, 1) + 0*y": lambda x, y: torch.clamp(x, -1, 1) + 0 * y,
+    "relu(x) + 0*y": lambda x, y: torch.relu(x) + 0 * y,
+    "abs(x) + 0*y": lambda x, y: torch.abs(x) + 0 * y,
+    "min(x, 0.5) + max(y, -0.5)": lambda x, y: torch.clamp(x, max=0.5) + torch.clamp(y, min=-0.5),
+}
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+@pytest.mark.parametrize("expr", sorted(NATIVE))
+def test_ties_and_boundaries_follow_the_native_op(build, expr, strategy):
+    module = build(name="tie", expr=expr, inputs=["x", "y"], order=2, strategy=strategy)
+    x = torch.tensor([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 0.3, 2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([-2.0, 0.0, -0.5, 0.0, 0.5, 1.0, -0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    native = NATIVE[expr]
+    if expr.startswith("min(x, 0.5)"):
+        native = lambda a, b: torch.minimum(a, torch.full_like(a, 0.5)) + torch.maximum(b, torch.full_like(b, -0.5))  # noqa: E731
+    for seed in (0, 1):
+        actual = derivative_chain(module.tie, [x, y], 2, seed=seed)
+        expected = derivative_chain(native, [x, y], 2, seed=seed)
+        assert_chains_close(actual, expected)
+
+
+def test_the_language_reads_conditions_and_indicators():
+    x, y = (pytest.importorskip("sympy").Symbol(n, real=True) for n in "xy")
+    assert str(parse_expr("x*(x < 1)", ("x",), ())) == "Piecewise((x, x < 1), (0, True))"
+    assert str(parse_expr("x > 0", ("x",), ())) == "Piecewise((1, x > 0), (0, True))"
+    chained = parse_expr("0 < x < 1", ("x",), ())
+    assert chained.args[0].cond.free_symbols == {x}
+    same = [parse_expr(text, ("x", "y"), ()) for text in ("where(x > 0 and y > 0, x, y)", "where((x > 0) & (y > 0), x, y)")]
+    assert same[0] == same[1]
+    assert parse_expr("where(not x > 0, 1, 2)", ("x",), ()) == parse_expr("where(~(x > 0), 1, 2)", ("x",), ())
+    assert parse_expr("where(x > 0 or y > 0, x, y)", ("x", "y"), ()) == parse_expr("where((x > 0) | (y > 0), x, y)", ("x", "y"), ())
+
+
+@pytest.mark.parametrize("text, message", [
+    ("where(x > 0, 1)", "where() takes 3 arguments, got 2; write where(cond, a, b)"),
+    ("where(x, 1, 2)", "where()'s first argument must be a condition such as x > 0"),
+    ("min(x)", "min() takes 2 arguments, got 1; write min(a, b)"),
+    ("x if x > 0 else 0", "write where(c, a, b)"),
+    ("x & y", "must be a condition"),
+    ("not x", "must be a condition"),
+    ("x in y", "'in' is not a comparison"),
+])
+def test_misuse_is_an_error_that_says_what_to_write(text, message):
+    with pytest.raises(ExprError) as raised:
+        parse_expr(text, ("x", "y"), ())
+    assert message in str(raised.value)
+
+
+def test_a_branch_with_no_finite_point_is_refused_on_the_expr_line(tmp_path):
+    from codegen.errors import SpecErrors
+    from helpers import build_spec
+
+    with pytest.raises(SpecErrors) as raised:
+        build_spec(tmp_path, name="never", expr="where(x > 0, log(-x**2 - 1), x)", inputs=["x"], order=1)
+    assert "is not finite" in str(raised.value) and "expr" in str(raised.value)
+
+
+def test_generated_code_guards_the_branch_and_reads_as_written(tmp_path):
+    from helpers import build_spec
+
+    module = build_spec(tmp_path, name="sus", expr="where(x > 0, exp(-1/x), 0)", inputs=["x"], order=2)
+    source = (tmp_path / "out" / "sus.py").read_text()
+    assert "sus(x) = where(x > 0, exp(-1/x), 0)" in source  # the docstring shows the spec's formula
+    assert "torch.where(x > 0, x, 1.0)" in source  # the branch runs on a safe x where it is not taken
+    assert "Guard" not in source
+    assert module.sus(torch.tensor([-1.0, 1.0])).tolist() == pytest.approx([0.0, math.exp(-1)])
