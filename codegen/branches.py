@@ -46,16 +46,9 @@ def unguarded(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(lambda e: isinstance(e, Guard), lambda e: e.args[0]) if expr.has(Guard) else expr
 
 
-def has_branches(expr: sympy.Expr) -> bool:
-    return expr.has(sympy.Piecewise)
-
-
 def guard(expr: sympy.Expr, spec) -> sympy.Expr:
     """``expr`` with every branch that depends on an input guarded (module docstring)."""
-    if not has_branches(expr):
-        return expr
-    inputs = {sympy.Symbol(name, real=True) for name in spec.inputs}
-    return _guarded(expr, inputs, spec)
+    return _guarded(expr, {sympy.Symbol(name, real=True) for name in spec.inputs}, spec)
 
 
 def _guarded(expr: sympy.Expr, inputs, spec) -> sympy.Expr:
@@ -112,15 +105,16 @@ def boundaries(expr: sympy.Expr, spec) -> dict[str, tuple[float, ...]]:
     """Input name -> the values in its domain where a condition changes, for the conditions that
     compare one input (or its abs) with params and numbers: x > 0, abs(x) <= delta, r < rc (params
     at their defaults). The generated tests check every order on, and either side of, each."""
+    from .domain import at_defaults
+
     inputs = {sympy.Symbol(name, real=True) for name in spec.inputs}
-    defaults = {sympy.Symbol(name, real=True): value for name, value in spec.params}
     found: dict[str, set[float]] = {}
     for relation in expr.atoms(sympy.core.relational.Relational):
         for side, other in ((relation.lhs, relation.rhs), (relation.rhs, relation.lhs)):
             symbol, mirrored = (side.args[0], True) if isinstance(side, sympy.Abs) else (side, False)
             if symbol not in inputs or other.free_symbols & inputs:
                 continue
-            value = float(other.xreplace(defaults))
+            value = float(at_defaults(other, spec))
             lo, hi = spec.bounds(symbol.name)
             for v in {value, -value} if mirrored else {value}:
                 if lo <= v <= hi:

@@ -69,14 +69,14 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
     raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
 
 
-def _at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
+def at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
     values = dict(spec.params)
     return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
 
 
 def formulas_at_defaults(expr: sympy.Expr, spec: Spec, inputs) -> list[tuple[int, sympy.Expr]]:
     """(order, formula): ``expr`` and its partials in ``inputs`` up to the spec's order, params at their defaults."""
-    return _formulas(_at_defaults(expr, spec), inputs, spec.order)
+    return _formulas(at_defaults(expr, spec), inputs, spec.order)
 
 
 def _formulas(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
@@ -184,7 +184,7 @@ def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
     parts = sorted({node for node in sympy.preorder_traversal(expr) if node.free_symbols & set(inputs)},
                    key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
     for part in parts:
-        value = _at_defaults(part, spec)
+        value = at_defaults(part, spec)
         if any(not_finite([value], inputs, where)[0]):
             return formula(part)
         derivatives = _formulas(value, inputs, order)[1:]

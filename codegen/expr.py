@@ -129,7 +129,6 @@ _COMPARISONS = {ast.Lt: sympy.Lt, ast.LtE: sympy.Le, ast.Gt: sympy.Gt, ast.GtE: 
                 ast.NotEq: sympy.Ne}
 _NODE_TEXT = {
     ast.Subscript: "a subscript (a[i])", ast.Lambda: "a lambda",
-    ast.IfExp: "a conditional expression (a if c else b)",
     ast.List: "a list", ast.Tuple: "a tuple", ast.Dict: "a dict", ast.Set: "a set",
     ast.ListComp: "a comprehension", ast.SetComp: "a comprehension", ast.DictComp: "a comprehension",
     ast.GeneratorExp: "a generator expression", ast.JoinedStr: "an f-string", ast.NamedExpr: "':='",
