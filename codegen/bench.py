@@ -163,8 +163,8 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
         s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies
     }
     first = workdir / spec.name / strategies[0]
-    composed = import_path(first / "tests" / f"test_{spec.name}.py").composed
-    candidates = [Candidate(COMPOSED, composed)]
+    tests = import_path(first / "tests" / f"test_{spec.name}.py")
+    candidates = [Candidate(COMPOSED, tests.composed)]
     codes: dict[str, str] = {}  # the first strategy named explicitly with each code
     for strategy, module in modules.items():
         concrete = module.STRATEGY
@@ -173,7 +173,8 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
         note = f"= {concrete}" if concrete != strategy else (f"= {code}" if same_as else "")
         candidates.append(Candidate(strategy, getattr(module, spec.name), note, same_as))
     if spec.native:
-        candidates.append(Candidate(NATIVE, resolve_native(spec.native), spec.native))
+        # as the generated tests call it: a loss elementwise (reduction="none")
+        candidates.append(Candidate(NATIVE, tests.checks.elementwise(resolve_native(spec.native)), spec.native))
     return Subject(spec, tuple(candidates))
 
 

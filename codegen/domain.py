@@ -9,20 +9,22 @@ the middle, 0 of a symmetric domain, are on it), and refuses a spec with a point
 finite: it names the smallest part of the expression that fails there, the inputs' sub-range
 where it fails, and a domain where it does not, when one is found.
 
-The grid is evaluated in pure Python (``math``, after CSE; no torch, no NumPy): a value with no
+The grid is evaluated in pure Python (``math``, after CSE; no NumPy; special functions by torch's
+ops on single floats, which cost microseconds where mpmath's K0 costs a millisecond): a value with no
 real float (log(-1), 1/0, an overflow, a complex power) counts as not finite, as torch's NaN or inf
 would. It is a grid, not a proof: a singular point between grid points is not found.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
 import mpmath
 import sympy
 
-from . import limits, symbolic
+from . import limits, special, symbolic, write
 from .errors import SpecErrors
 from .printer import formula
 from .spec import DEFAULT_DOMAIN, Spec
@@ -44,13 +46,27 @@ def _guard(x, taken, safe):
     return x if taken else safe  # branches.Guard, on one point
 
 
-_FUNCTIONS = {"sigmoid": _sigmoid, "softplus": _softplus, "Guard": _guard}
+@functools.cache
+def _functions() -> dict:
+    """The functions ``math`` lacks, by name, for lambdify: the special functions (special.py) by
+    torch's ops on floats (torch is imported as the build imports it, signals held) and mpmath."""
+    write.import_torch()
+    return {
+        "sigmoid": _sigmoid, "softplus": _softplus, "Guard": _guard,
+        **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
+        "polygamma": lambda n, x: special._real(mpmath.polygamma(int(n), x)),
+        "erfinv": lambda x: special._real(mpmath.erfinv(x)),
+        "xlogy": lambda x, y: 0.0 if x == 0 else x * math.log(y),
+    }
+
+
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
 UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises on a form math cannot evaluate
 # mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
-                    "Guard": _guard}
+                    "Guard": _guard, **{cls.__name__: cls.exact for cls in special.ALL},
+                    "xlogy": lambda x, y: 0 if x == 0 else x * mpmath.log(y)}
 
 
 def check(spec: Spec, expr: sympy.Expr) -> None:
@@ -116,7 +132,7 @@ def _finite(value) -> bool:
 def not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
     """Per formula, per point: True where its value is not a finite real float (float64, with the
     exact value deciding where floats overflow on the way)."""
-    together = sympy.lambdify(inputs, formulas, modules=[_FUNCTIONS, "math"], cse=True)
+    together = sympy.lambdify(inputs, formulas, modules=[_functions(), "math"], cse=True)
     alone = None
     bad = [[False] * len(points) for _ in formulas]
     for index, point in enumerate(points):
@@ -132,7 +148,7 @@ def not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
 
 def _evaluators(inputs, formula: sympy.Expr):
     """The formula in floats (math), and exactly (mpmath), for where floats overflow on the way."""
-    return (sympy.lambdify(inputs, formula, modules=[_FUNCTIONS, "math"]),
+    return (sympy.lambdify(inputs, formula, modules=[_functions(), "math"]),
             sympy.lambdify(inputs, formula, modules=[_EXACT_FUNCTIONS, "mpmath"]))
 
 

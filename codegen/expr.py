@@ -12,10 +12,12 @@ import ast
 import math
 import warnings
 
+import mpmath
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
+from . import special
 from .language import NOT_YET
 
 
@@ -102,12 +104,16 @@ FUNCTIONS: dict[str, tuple[object, int]] = {
     "max": (lambda a, b: sympy.Piecewise((a, a > b), (b, b > a), ((a + b) / 2, True)), 2),
     "clamp": (lambda x, lo, hi: sympy.Piecewise((hi, sympy.Or(x > hi, lo > hi)), (lo, x < lo), (x, True)), 3),
     "relu": (lambda x: sympy.Piecewise((x, x > 0), (0, True)), 1),
+    **special.FUNCTIONS,
 }
 # Arguments that are conditions (comparisons, and/or/not of them); every other argument is a number,
 # and a condition given where a number is wanted is its 0/1 indicator.
 CONDITION_ARGUMENTS = {"where": (0,)}
+# Arguments that must be a non-negative integer written as a literal: polygamma's order.
+LITERAL_ARGUMENTS = {"polygamma": 0}
 USAGE = {"where": "where(cond, a, b): a where cond holds, else b", "min": "min(a, b)", "max": "max(a, b)",
-         "clamp": "clamp(x, lo, hi)", "atan2": "atan2(y, x)"}
+         "clamp": "clamp(x, lo, hi)", "atan2": "atan2(y, x)",
+         "polygamma": "polygamma(n, x), n a whole number such as 1", "xlogy": "xlogy(x, y), x*log(y) and 0 where x is 0"}
 CONSTANTS = {"pi": sympy.pi, "E": sympy.E}
 
 MAX_CHARS = 2000
@@ -262,6 +268,8 @@ _FLOAT_FUNCTIONS = {
     sympy.atan: math.atan, sympy.atan2: math.atan2, sympy.sinh: math.sinh, sympy.cosh: math.cosh,
     sympy.tanh: math.tanh, sympy.asinh: math.asinh, sympy.acosh: math.acosh, sympy.atanh: math.atanh,
     sympy.erf: math.erf, sympy.erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
+    sympy.loggamma: math.lgamma, sympy.polygamma: lambda n, x: _real_float(mpmath.polygamma(int(n), x)),
+    sympy.erfinv: lambda x: _real_float(mpmath.erfinv(x)), special.xlogy: lambda x, y: 0.0 if x == 0 else x * math.log(y),
 }
 
 
@@ -301,11 +309,22 @@ def _float_value(expr: sympy.Expr) -> float:
         value = math.pow(_float_value(expr.base), _float_value(expr.exp))
     elif expr.func in _FLOAT_FUNCTIONS:
         value = _FLOAT_FUNCTIONS[expr.func](*(_float_value(arg) for arg in expr.args))
+    elif isinstance(expr, special.SpecialFunctionBase):
+        value = _real_float(expr.exact(*(_float_value(arg) for arg in expr.args)))
     else:
         raise _NoFloatMeaning(type(expr).__name__)
     if not math.isfinite(value):
         raise OverflowError
     return value
+
+
+def _real_float(value) -> float:
+    """An mpmath value as a float; ValueError where it has no real value (bessel_y0(-1))."""
+    if isinstance(value, mpmath.mpc):
+        if value.imag != 0:
+            raise ValueError("no real value")
+        value = value.real
+    return float(value)
 
 
 def _short(expr: sympy.Expr) -> str:
@@ -453,8 +472,20 @@ class _Builder:
             raise ExprError(f"{name}() takes {arity} argument{plural}, got {len(node.args)}{usage}")
         conditions = CONDITION_ARGUMENTS.get(name, ())
         args = [condition(self.build(arg), f"{name}()'s first argument") if index in conditions
+                else _literal(name, arg) if LITERAL_ARGUMENTS.get(name) == index
                 else number(self.build(arg)) for index, arg in enumerate(node.args)]
         return function(*args)
+
+
+def _literal(name: str, node: ast.expr) -> sympy.Integer:
+    """polygamma's n: a whole number written in the spec (torch.polygamma takes a Python int)."""
+    value = node.value if isinstance(node, ast.Constant) else None
+    if type(value) is int and 0 <= value <= special.MAX_POLYGAMMA_ORDER:
+        return sympy.Integer(value)
+    written = ast.unparse(node)
+    what = f"the {'input or param' if isinstance(node, ast.Name) else 'number'} {written}"
+    raise ExprError(f"{name}()'s first argument must be a whole number from 0 to {special.MAX_POLYGAMMA_ORDER} "
+                    f"written as it is, such as {name}(1, x), not {what}")
 
 
 def _indicator_product(indicator: sympy.Expr, value: sympy.Expr) -> sympy.Expr | None:

@@ -11,15 +11,21 @@ FUNCTION_ARITY = {
     "erf": 1, "erfc": 1, "sigmoid": 1, "softplus": 1, "abs": 1,
     # piecewise (v2): a branch is never evaluated where it is not taken (branches.py)
     "where": 3, "min": 2, "max": 2, "clamp": 3, "relu": 1,
+    # special functions (v2): derivatives written in the same set, to every order (special.py)
+    "lgamma": 1, "digamma": 1, "polygamma": 2, "erfinv": 1, "xlogy": 2, "sinc": 1,
+    "i0": 1, "i0e": 1, "i1": 1, "i1e": 1, "bessel_j0": 1, "bessel_j1": 1, "bessel_y0": 1, "bessel_y1": 1,
+    "modified_bessel_i0": 1, "modified_bessel_i1": 1, "modified_bessel_k0": 1, "modified_bessel_k1": 1,
+    "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
 }
 PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
+SPECIAL_FUNCTIONS = tuple(list(FUNCTION_ARITY)[list(FUNCTION_ARITY).index("lgamma"):])
 CONSTANT_NAMES = ("pi", "E")
 
 # Names users reach for that the language does not have (yet): what the message says instead of
 # a did-you-mean, which would be wrong (min is not sin). Where the language can already say it,
 # the hint gives the formula; the formulas are exact.
 _PIECEWISE = "not in the language; write it with where(cond, a, b), min, max, clamp or relu"
-_SPECIAL = "not in the language yet (special functions come in a later version)"
+_NOT_SPECIAL = "not in the language; its special functions are lgamma, digamma, polygamma, erfinv, xlogy, sinc and torch.special's Bessel functions"
 NOT_YET = {
     "minimum": "not in the language; write min(a, b)",
     "maximum": "not in the language; write max(a, b)",
@@ -27,12 +33,19 @@ NOT_YET = {
     "heaviside": "not in the language; write where(x > 0, 1, where(x == 0, h, 0)), or (x > 0) as a 0/1 number",
     "select": "not in the language; write where(cond, a, b)",
     "sign": _PIECEWISE, "floor": _PIECEWISE, "ceil": _PIECEWISE, "round": _PIECEWISE,
-    "lgamma": _SPECIAL, "gammaln": _SPECIAL, "gamma": _SPECIAL, "digamma": _SPECIAL, "polygamma": _SPECIAL,
-    "erfinv": _SPECIAL, "erfcx": _SPECIAL, "ndtri": _SPECIAL, "log_ndtr": _SPECIAL, "zeta": _SPECIAL,
-    "sinc": f"{_SPECIAL}; away from 0, sin(pi*x)/(pi*x)",
-    "xlogy": f"{_SPECIAL}; where x > 0, x*log(y)",
-    "i0": _SPECIAL, "i0e": _SPECIAL, "i1": _SPECIAL, "i1e": _SPECIAL,
-    "bessel_j0": _SPECIAL, "bessel_j1": _SPECIAL, "bessel_y0": _SPECIAL, "bessel_y1": _SPECIAL,
+    "gammaln": "not in the language; write lgamma(x)",
+    "gamma": "not in the language; write exp(lgamma(x)) for x > 0",
+    "psi": "not in the language; write digamma(x)",
+    "trigamma": "not in the language; write polygamma(1, x)",
+    "erfcx": "not in the language; write exp(x**2)*erfc(x)",
+    "ndtri": "not in the language; write sqrt(2)*erfinv(2*p - 1)",
+    "log_ndtr": "not in the language; write log(erfc(-x/sqrt(2))/2)",
+    "zeta": _NOT_SPECIAL, "airy_ai": _NOT_SPECIAL, "entr": "not in the language; write -xlogy(x, x)",
+    "j0": "not in the language; write bessel_j0(x)", "j1": "not in the language; write bessel_j1(x)",
+    "y0": "not in the language; write bessel_y0(x)", "y1": "not in the language; write bessel_y1(x)",
+    "k0": "not in the language; write modified_bessel_k0(x)", "k1": "not in the language; write modified_bessel_k1(x)",
+    "k0e": "not in the language; write scaled_modified_bessel_k0(x)",
+    "k1e": "not in the language; write scaled_modified_bessel_k1(x)",
     "ndtr": "not in the language; for the normal CDF write (1 + erf(x/sqrt(2)))/2",
     "gelu": "not in the language; write x*(1 + erf(x/sqrt(2)))/2",
     "silu": "not in the language; write x*sigmoid(x)",

@@ -26,6 +26,7 @@ import types
 
 import torch
 
+from .special import SpecialFunctionBase
 
 SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
 _SEED = 0
@@ -33,7 +34,10 @@ _SEED = 0
 
 def excess(plan) -> str | None:
     """None when ``plan`` saves no more than the composed expression at W2 and W3; else what it
-    saves against what autograd saves, for the reason line of ``auto``."""
+    saves against what autograd saves, for the reason line of ``auto``. A spec that calls a special
+    function torch cannot differentiate (special.py) has no composed expression to compare with."""
+    if plan.expr.atoms(SpecialFunctionBase):
+        return None
     ours = saved_counts(module_function(plan), plan.spec)
     printed = saved_counts(composed_function(plan), plan.spec)
     written = saved_counts(written_function(plan.spec), plan.spec)
@@ -56,6 +60,8 @@ def saved_counts(fn, spec) -> tuple[int, int]:
 
     def first_order():
         value = fn(*inputs)
+        if not value.requires_grad:  # a choice on params that takes a branch without inputs
+            return value, ()
         return value, torch.autograd.grad(value, inputs, cotangent, create_graph=True, allow_unused=True)
 
     with torch.enable_grad():
@@ -109,7 +115,8 @@ def written_function(spec):
     raised to a power, where SymPy would print ``sigma**12/r**12``), params as Python numbers."""
     from .language import FUNCTION_ARITY
 
-    functions = {name: getattr(torch, name) for name in FUNCTION_ARITY if hasattr(torch, name)}
+    functions = {name: getattr(torch.special, name, None) or getattr(torch, name) for name in FUNCTION_ARITY
+                 if hasattr(torch, name) or hasattr(torch.special, name)}
     functions.update(softplus=torch.nn.functional.softplus, min=torch.minimum, max=torch.maximum)
     operators = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
                  ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
@@ -141,6 +148,9 @@ def written_function(spec):
             args = [walk(arg) for arg in node.args]
             if node.func.id == "where" and not isinstance(args[0], torch.Tensor):
                 return args[1] if args[0] else args[2]  # a condition on params: chosen in Python
+            if node.func.id == "polygamma":
+                args[1:] = [torch.as_tensor(args[1], dtype=torch.float64)]  # n stays a Python int
+                return torch.polygamma(*args)
             args = [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=torch.float64) for a in args]
             return functions[node.func.id](*args)
 

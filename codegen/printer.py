@@ -23,8 +23,18 @@ class TorchPrinter(PythonCodePrinter):
 
     printmethod = "_torchcode"
 
-    def __init__(self, tensors, settings=None, fold_sums: bool = True, scaled_last=(), name_for=None):
+    def __init__(self, tensors, settings=None, fold_sums: bool = True, scaled_last=(), name_for=None,
+                 reference: bool = False):
         super().__init__({"fully_qualified_modules": True, **(settings or {})})
+        # reference: the generated tests' composed expression, where a special function torch
+        # cannot differentiate is the tests' mpmath one (checks.special), not the module's
+        self.reference = reference
+        self.specials: set[type] = set()  # the SpecialFunctionBase classes printed (special.py)
+        # A fold's scale given as addcmul's value= or add's alpha=, where it depends on params. Off
+        # for fused kernels: torch.compile(dynamic=True) (torch 2.13) specializes such a keyword
+        # to the param's first value when the param is also used in a tensor op, so another value
+        # gives wrong numbers (sin(w*x) then add(a, b, alpha=w)); a product is recompiled right.
+        self.scalar_keywords = True
         self.tensors = frozenset(sympy.Symbol(str(name), real=True) for name in tensors)
         self.fold_sums = fold_sums
         self.scaled_last = frozenset(sympy.Symbol(str(name), real=True) for name in scaled_last)
@@ -105,6 +115,9 @@ class TorchPrinter(PythonCodePrinter):
 
     def _fold(self, total: str, term: SumTerm) -> str:
         """``total + term`` in one kernel."""
+        if not (self.scalar_keywords or term.coefficient.is_Number):
+            sign, magnitude = ("-", -term.expr) if term.expr.could_extract_minus_sign() else ("+", term.expr)
+            return f"{total} {sign} {self.parenthesize(magnitude, PRECEDENCE['Add'])}"
         if len(term.factors) >= 2:
             a, b = sympy.Mul(*term.factors[:-1]), term.factors[-1]
             value = "" if term.coefficient == 1 else f", value={self._print(term.coefficient)}"
@@ -277,15 +290,55 @@ class TorchPrinter(PythonCodePrinter):
             return self._print(expr)
         return f"torch.full_like({self._print(other)}, {self._print(expr)})"
 
+    # --- special functions (special.py) ---------------------------------------------------
+    def _print_loggamma(self, expr):
+        return self._call("lgamma", expr.args[0])
+
+    def _print_polygamma(self, expr):
+        n, arg = expr.args
+        if n == 0:
+            return self._elementwise("torch.digamma", arg)
+        return self._elementwise("torch.polygamma", arg, index=n)
+
+    def _print_erfinv(self, expr):
+        return self._elementwise("torch.erfinv", expr.args[0])
+
+    def _print_xlogy(self, expr):
+        x, y = expr.args
+        if self.is_tensor(x) or self.is_tensor(y):
+            return f"torch.xlogy({self._print(x)}, {self._print(y)})"
+        self.uses_math = True
+        return f"(0.0 if {self._print(x)} == 0 else {self._print(x)} * math.log({self._print(y)}))"
+
+    def _print_SpecialFunctionBase(self, expr):
+        """``_bessel_j0(x)``: the generated module's differentiable wrapper (special.py); in the
+        tests' reference, the tests' own mpmath function ``checks.special("bessel_j0", x)``."""
+        cls = type(expr)
+        *index, arg = expr.args
+        if self.reference:
+            return self._elementwise("checks.special", arg, index=f'"{cls.language}"')
+        self.specials.add(cls)
+        return self._elementwise(cls.runtime, arg, index=index[0] if index else None)
+
+    def _elementwise(self, function: str, arg, index=None) -> str:
+        """``function([index, ]arg)``; of a float (a function of params, which ``math`` lacks) in
+        a float64 tensor, and back to a Python float."""
+        value = self._print(arg) if self.is_tensor(arg) else f"torch.tensor({self._print(arg)}, dtype=torch.float64)"
+        call = f"{function}({'' if index is None else f'{index}, '}{value})"
+        return call if self.is_tensor(arg) else f"float({call})"
+
     # --- branches (branches.py) -----------------------------------------------------------
     def _print_Piecewise(self, expr):
         """``torch.where`` per branch, the last branch innermost; a choice on params alone is made
         in Python (``a if c else b``), so that the branch not taken is not evaluated."""
         *pieces, (last, _) = [(arg.expr, arg.cond) for arg in expr.args]
         if not any(self.is_tensor(cond) for _, cond in pieces):
-            code = self._print(last)
+            # a choice on params: a float branch of a tensor choice is made a tensor like the
+            # others', else a later torch.exp(...) of it would get a float
+            like = self._tensor_of(expr) if self.is_tensor(expr) else None
+            code = self._branch(last, like)
             for value, cond in reversed(pieces):
-                code = f"({self._print(value)} if {self._print(cond)} else {code})"
+                code = f"({self._branch(value, like)} if {self._print(cond)} else {code})"
             return code
         code = self._print(last)
         for index, (value, cond) in reversed(list(enumerate(pieces))):
@@ -294,6 +347,11 @@ class TorchPrinter(PythonCodePrinter):
                 branch = f"torch.full_like({self._tensor_of(cond)}, {branch})"  # where() of two floats is float32
             code = f"torch.where({self._print(cond)}, {branch}, {code})"
         return code
+
+    def _branch(self, value, like: str | None) -> str:
+        if like is None or self.is_tensor(value):
+            return self._print(value)
+        return f"torch.full_like({like}, {self._print(value)})"
 
     def _tensor_of(self, cond) -> str:
         """A tensor the condition compares, to give a branch of floats its dtype and device."""
@@ -362,6 +420,17 @@ class LanguagePrinter(StrPrinter):
 
     def _print_Guard(self, expr):
         return self._print(expr.args[0])
+
+    def _print_loggamma(self, expr):
+        return f"lgamma({self._print(expr.args[0])})"
+
+    def _print_polygamma(self, expr):
+        n, arg = expr.args
+        return f"digamma({self._print(arg)})" if n == 0 else f"polygamma({n}, {self._print(arg)})"
+
+    def _print_SpecialFunctionBase(self, expr):
+        """A language function by its name; a derivative's family by the generated module's."""
+        return f"{type(expr).language or type(expr).runtime}({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_And(self, expr):
         return " and ".join(self.parenthesize(arg, PRECEDENCE["And"]) for arg in expr.args)

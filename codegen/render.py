@@ -16,6 +16,7 @@ import sympy
 
 from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
+from . import special
 from .branches import boundaries
 from .printer import TorchPrinter, formula
 from .config import DEFAULT_LINE_LENGTH
@@ -160,6 +161,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     printers: list[TorchPrinter] = []
     views = [_function_view(fn, plan, printers) for fn in plan.functions]
     helpers = _helpers_used(views)
+    specials = _special_entries(set().union(*(p.specials for p in printers)))
     call_args = ", ".join([*spec.inputs, *spec.param_names])
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
@@ -169,8 +171,10 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         more_derivatives=plan.more_derivatives,
         strategy=plan.strategy,
         reason=plan.reason,
-        uses_math=any(p.uses_math for p in printers),
+        uses_math=any(p.uses_math for p in printers) or any(entry.family for entry in specials),
         helpers=helpers,
+        specials=specials,
+        families=[entry.key for entry in specials if entry.family],
         functions=views,
         signature=_typed_signature(spec),
         arguments=_documented_arguments(spec),
@@ -187,17 +191,49 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     ), spec.line_length)
 
 
+@dataclass(frozen=True)
+class SpecialEntry:
+    """A special function in the generated module's ``_Special`` tables (special.py)."""
+
+    key: str
+    runtime: str
+    family: bool
+    value: str
+    derivative: str
+    doc: str
+
+
+def _special_entries(printed: set[type]) -> list[SpecialEntry]:
+    """The ``_Special`` table rows of the functions printed and of every one their derivatives call."""
+    entries = []
+    for cls in special.in_order(special.closure(printed)):
+        printer = TorchPrinter(["x"])
+        derivative = printer.doprint(special.derivative_of(cls))
+        doc = cls.__doc__.strip() if cls.family else ""
+        entries.append(SpecialEntry(cls.__name__, cls.runtime, cls.family, cls.value, derivative, doc))
+    return entries
+
+
 def composed_code(plan: ModulePlan) -> tuple[str, TorchPrinter]:
     """The expression written directly in torch ops (the tests' and the memory check's reference,
     as a user writes it), and its printer (which knows whether it needs ``math``)."""
     spec = plan.spec
-    printer = TorchPrinter(spec.inputs, fold_sums=False)
+    printer = TorchPrinter(spec.inputs, fold_sums=False, reference=True)
     value = printer.doprint(plan.expr)
     missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in plan.expr.free_symbols]
-    if missing:
+    if missing or _param_choice_of_constant(plan.expr, spec):
         # keep every input in the graph, so the reference has the broadcast shape and dtype
         value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
     return value, printer
+
+
+def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
+    """Whether a choice on params alone may take a branch without inputs (where(a > 0, x, 1)):
+    the composed expression then may not reach the inputs at all."""
+    inputs = {sympy.Symbol(name, real=True) for name in spec.inputs}
+    return any(not (piece.cond.free_symbols & inputs) and not (piece.expr.free_symbols & inputs)
+               for pw in expr.atoms(sympy.Piecewise) for piece in pw.args
+               if not any(p.cond.free_symbols & inputs for p in pw.args))
 
 
 def render_tests(plan: ModulePlan, digest: str) -> str:
@@ -221,6 +257,8 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         },
         strategy=plan.strategy,
         boundaries={name: repr(values) for name, values in boundaries(plan.expr, spec).items()},
+        accuracy=repr(special.torch_error(plan.expr)) if special.torch_error(plan.expr) else None,
+        specials=bool(plan.expr.atoms(special.SpecialFunctionBase)),
     ), spec.line_length)
 
 
@@ -327,6 +365,7 @@ def _keywords(names) -> str:
 def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]) -> FunctionView:
     params = plan.spec.param_names
     printer = _block_printer(fn.forward, fn.inputs, fold_sums=plan.strategy == "nested")
+    printer.scalar_keywords = not plan.spec.fuse
     printer.name_for = _fold_names(fn, plan)
     printers.append(printer)
     forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
@@ -427,6 +466,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     nested = plan.strategy == "nested"  # else autograd differentiates this backward at second order
     printer = _block_printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=nested,
                              scaled_last=() if nested else fn.cotangents)
+    printer.scalar_keywords = not plan.spec.fuse
     printer.name_for = _fold_names(fn, plan) if not fn.accumulations else None  # no line before an `if`
     printers.append(printer)
     if fn.accumulations:

@@ -263,7 +263,10 @@ CORPUS = [
         (2, "expr: where() takes 3 arguments, got 2; write where(cond, a, b): a where cond holds, else b")),
     expr("expr_where_number_condition", "where(x, 1, 2)", "where()'s first argument must be a condition such as x > 0"),
     expr("expr_maximum", "maximum(x, 1)", "expr: 'maximum' is not in the language; write max(a, b)"),
-    expr("expr_lgamma", "lgamma(x)", "expr: 'lgamma' is not in the language yet (special functions come in a later version)"),
+    expr("expr_gammaln", "gammaln(x)", "expr: 'gammaln' is not in the language; write lgamma(x)"),
+    expr("expr_polygamma_float", "polygamma(1.5, x)",
+         "expr: polygamma()'s first argument must be a whole number from 0 to 50 written as it is, such as "
+         "polygamma(1, x), not the number 1.5"),
     expr("expr_numpy_name", "arctan(x)", "expr: 'arctan' is not in the language; write atan(x)"),
     expr("expr_atan2_one_argument", "atan2(x)", "atan2() takes 2 arguments, got 1"),
     expr("expr_exp_two_arguments", "exp(x, y)", "exp() takes 1 argument, got 2", inputs="[x, y]"),

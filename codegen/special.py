@@ -1,0 +1,397 @@
+"""Special functions (contract v2, section 1) as SymPy functions whose derivatives stay in the set.
+
+Each derivative is written with functions of the same kind (J0' = -J1, J1' = J0 - J1/x, ...), so
+every order is a formula dbgen can print. Quotients such as J1(x)/x would be 0/0 at x = 0 and
+cancel near it, so derivatives use the families ``J_n(x)/x**n``, ``I_n(x)/x**n``,
+``exp(-|x|) I_n(x)/x**n`` and ``j_n(x)/x**n`` (spherical), which are even, finite at 0 and close
+under d/dx (``d/dx [J_n(x)/x**n] = -x J_(n+1)(x)/x**(n+1)``): sinc and spherical_bessel_j0 are
+exact at and near 0 at every order.
+
+lgamma, digamma, polygamma, erfinv and xlogy print as torch ops, whose autograd derivatives are
+the same formulas. The Bessel functions and sinc print as calls of the generated module's
+``_Special`` Function (``templates/special.py.jinja``): torch.special.bessel_j0 and its kin have no
+derivative at all, and autograd's second derivative of torch.sinc is NaN at 0 and wrong near it
+(torch 2.13: -5.21 at x = 1e-8, where it is -3.29). ``_Special``'s backward applies ``_Special``
+again with the formula below, so autograd differentiates them to every order, under every strategy.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import mpmath
+import sympy
+
+
+class SpecialFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on it (Printer._print)
+    """A function of the language the generated module computes with ``_Special``.
+
+    ``language``: its name in specs; ``runtime``: its name in the generated module (``_NAME``);
+    ``value``: the torch code of its value (``x`` the argument, ``n`` a family's index);
+    ``exact``: its value by mpmath (the domain check, the generated tests' reference).
+    """
+
+    language = ""
+    runtime = ""
+    value = ""
+    family = False  # the first argument is an index n, not differentiated
+    # torch's largest error in float64 (the generated tests' tolerance): measured against mpmath
+    # on [1/64, 25] by 1/64 steps, torch 2.13; bessel_j0/j1/y0/y1 are off by up to 8.5e-7
+    # (their float64 approximations jump by about that at x = 5), the others by 1e-15 relative
+    torch_error = 0.0
+
+    @classmethod
+    def exact(cls, *args):
+        raise NotImplementedError
+
+    def _eval_is_real(self):
+        return self.args[-1].is_real
+
+    def fdiff(self, argindex=1):
+        if self.family and argindex == 1:
+            raise sympy.ArgumentIndexError(self, argindex)
+        return self.derivative(*self.args)
+
+    def _eval_evalf(self, prec):
+        if any(arg.free_symbols for arg in self.args):
+            return None
+        with mpmath.workprec(prec):
+            return sympy.Float(self.exact(*(mpmath.mpf(sympy.Float(arg, prec)) for arg in self.args)), precision=prec)
+
+
+def _index(n) -> int:
+    return int(n)
+
+
+def _at_zero(value_away, limit):
+    def exact(n, x):
+        return limit(_index(n)) if x == 0 else value_away(_index(n), x)
+    return exact
+
+
+class bessel_j0(SpecialFunctionBase):  # noqa: N801 - named as in specs
+    nargs, language, runtime, value = 1, "bessel_j0", "_bessel_j0", "torch.special.bessel_j0(x)"
+    torch_error = 1e-6
+
+    @staticmethod
+    def derivative(x):
+        return -bessel_j1(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselj(0, x)
+
+
+class bessel_j1(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "bessel_j1", "_bessel_j1", "torch.special.bessel_j1(x)"
+    torch_error = 1e-6
+
+    @staticmethod
+    def derivative(x):
+        return bessel_j0(x) - bessel_j_over_power(1, x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselj(1, x)
+
+
+class bessel_j_over_power(SpecialFunctionBase):  # noqa: N801
+    """J_n(x) / x**n."""
+
+    nargs, family, runtime, value = 2, True, "_bessel_j_over_power", "_bessel_j_over_power_value(n, x)"
+
+    @staticmethod
+    def derivative(n, x):
+        return -x * bessel_j_over_power(n + 1, x)
+
+    exact = staticmethod(_at_zero(lambda n, x: mpmath.besselj(n, x) / x**n,
+                                  lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
+
+
+class bessel_y0(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "bessel_y0", "_bessel_y0", "torch.special.bessel_y0(x)"
+    torch_error = 1e-6
+
+    @staticmethod
+    def derivative(x):
+        return -bessel_y1(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.bessely(0, x)
+
+
+class bessel_y1(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "bessel_y1", "_bessel_y1", "torch.special.bessel_y1(x)"
+    torch_error = 1e-6
+
+    @staticmethod
+    def derivative(x):
+        return bessel_y0(x) - bessel_y1(x) / x
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.bessely(1, x)
+
+
+class i0(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "i0", "_i0", "torch.special.i0(x)"
+
+    @staticmethod
+    def derivative(x):
+        return i1(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besseli(0, x)
+
+
+class i1(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "i1", "_i1", "torch.special.i1(x)"
+
+    @staticmethod
+    def derivative(x):
+        return i0(x) - bessel_i_over_power(1, x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besseli(1, x)
+
+
+class bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
+    """I_n(x) / x**n."""
+
+    nargs, family, runtime, value = 2, True, "_bessel_i_over_power", "_bessel_i_over_power_value(n, x)"
+
+    @staticmethod
+    def derivative(n, x):
+        return x * bessel_i_over_power(n + 1, x)
+
+    exact = staticmethod(_at_zero(lambda n, x: mpmath.besseli(n, x) / x**n,
+                                  lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
+
+
+class i0e(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "i0e", "_i0e", "torch.special.i0e(x)"
+
+    @staticmethod
+    def derivative(x):
+        return i1e(x) - sympy.sign(x) * i0e(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besseli(0, x) * mpmath.exp(-abs(x))
+
+
+class i1e(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "i1e", "_i1e", "torch.special.i1e(x)"
+
+    @staticmethod
+    def derivative(x):
+        return i0e(x) - scaled_bessel_i_over_power(1, x) - sympy.sign(x) * i1e(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besseli(1, x) * mpmath.exp(-abs(x))
+
+
+class scaled_bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
+    """exp(-|x|) I_n(x) / x**n."""
+
+    nargs, family, runtime, value = 2, True, "_scaled_bessel_i_over_power", "_scaled_bessel_i_over_power_value(n, x)"
+
+    @staticmethod
+    def derivative(n, x):
+        return x * scaled_bessel_i_over_power(n + 1, x) - sympy.sign(x) * scaled_bessel_i_over_power(n, x)
+
+    exact = staticmethod(_at_zero(lambda n, x: mpmath.besseli(n, x) * mpmath.exp(-abs(x)) / x**n,
+                                  lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
+
+
+class modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "modified_bessel_k0", "_modified_bessel_k0", "torch.special.modified_bessel_k0(x)"
+
+    @staticmethod
+    def derivative(x):
+        return -modified_bessel_k1(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselk(0, x)
+
+
+class modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "modified_bessel_k1", "_modified_bessel_k1", "torch.special.modified_bessel_k1(x)"
+
+    @staticmethod
+    def derivative(x):
+        return -modified_bessel_k0(x) - modified_bessel_k1(x) / x
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselk(1, x)
+
+
+class scaled_modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
+    nargs, language = 1, "scaled_modified_bessel_k0"
+    runtime, value = "_scaled_modified_bessel_k0", "torch.special.scaled_modified_bessel_k0(x)"
+
+    @staticmethod
+    def derivative(x):
+        return scaled_modified_bessel_k0(x) - scaled_modified_bessel_k1(x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselk(0, x) * mpmath.exp(x)
+
+
+class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
+    nargs, language = 1, "scaled_modified_bessel_k1"
+    runtime, value = "_scaled_modified_bessel_k1", "torch.special.scaled_modified_bessel_k1(x)"
+
+    @staticmethod
+    def derivative(x):
+        return scaled_modified_bessel_k1(x) - scaled_modified_bessel_k0(x) - scaled_modified_bessel_k1(x) / x
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.besselk(1, x) * mpmath.exp(x)
+
+
+class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
+    nargs, language, runtime, value = 1, "spherical_bessel_j0", "_spherical_bessel_j0", "torch.special.spherical_bessel_j0(x)"
+
+    @staticmethod
+    def derivative(x):
+        return -x * spherical_j_over_power(1, x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.sinc(x)
+
+
+class spherical_j_over_power(SpecialFunctionBase):  # noqa: N801
+    """j_n(x) / x**n, the spherical Bessel function over x**n."""
+
+    nargs, family, runtime, value = 2, True, "_spherical_j_over_power", "_spherical_j_over_power_value(n, x)"
+
+    @staticmethod
+    def derivative(n, x):
+        return -x * spherical_j_over_power(n + 1, x)
+
+    exact = staticmethod(_at_zero(lambda n, x: mpmath.sqrt(mpmath.pi / (2 * x)) * mpmath.besselj(n + 0.5, x) / x**n,
+                                  lambda n: 1 / mpmath.fac2(2 * n + 1)))
+
+
+class sinc(SpecialFunctionBase):  # noqa: N801
+    """torch.sinc: sin(pi x)/(pi x), 1 at 0."""
+
+    nargs, language, runtime, value = 1, "sinc", "_sinc", "torch.sinc(x)"
+
+    @staticmethod
+    def derivative(x):
+        return -sympy.pi**2 * x * spherical_j_over_power(1, sympy.pi * x)
+
+    @classmethod
+    def exact(cls, x):
+        return mpmath.sincpi(x)
+
+
+class xlogy(sympy.Function):  # noqa: N801
+    """torch.xlogy: x*log(y), 0 where x == 0 (also where y is 0 or NaN)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        x, y = self.args
+        return sympy.log(y) if argindex == 1 else x / y
+
+    def _eval_is_real(self):
+        return None
+
+    def _eval_evalf(self, prec):
+        x, y = self.args
+        return sympy.S.Zero if x == 0 else (x * sympy.log(y))._eval_evalf(prec)
+
+
+# name in specs -> (SymPy function, arity); each of the torch ops' own derivatives is exact
+TORCH_DIFFERENTIABLE = {
+    "lgamma": (sympy.loggamma, 1),
+    "digamma": (lambda x: sympy.polygamma(0, x), 1),
+    "polygamma": (sympy.polygamma, 2),
+    "erfinv": (sympy.erfinv, 1),
+    "xlogy": (xlogy, 2),
+}
+LANGUAGE_CLASSES = (
+    bessel_j0, bessel_j1, bessel_y0, bessel_y1, i0, i1, i0e, i1e, modified_bessel_k0, modified_bessel_k1,
+    scaled_modified_bessel_k0, scaled_modified_bessel_k1, spherical_bessel_j0, sinc,
+)
+# torch.special's modified_bessel_i0/i1 are i0/i1 by another name (with no derivative in torch)
+ALIASES = {"modified_bessel_i0": i0, "modified_bessel_i1": i1}
+FUNCTIONS = {
+    **TORCH_DIFFERENTIABLE,
+    **{cls.language: (cls, 1) for cls in LANGUAGE_CLASSES},
+    **{name: (cls, 1) for name, cls in ALIASES.items()},
+}
+FAMILIES = (bessel_j_over_power, bessel_i_over_power, scaled_bessel_i_over_power, spherical_j_over_power)
+ALL = (*LANGUAGE_CLASSES, *FAMILIES)
+MAX_POLYGAMMA_ORDER = 50  # polygamma(n, x) for n up to this (torch computes any, SymPy slows down)
+
+# The index and argument the runtime's derivative formulas are printed with.
+INDEX, ARGUMENT = sympy.Symbol("n", integer=True, nonnegative=True), sympy.Symbol("x", real=True)
+
+
+def closure(classes) -> set[type]:
+    """``classes`` and every ``SpecialFunctionBase`` class their derivatives call, at any order:
+    the generated module's ``_Special`` must know each, as autograd may differentiate any order."""
+    found = set(classes)
+    pending = list(found)
+    while pending:
+        cls = pending.pop()
+        for called in derivative_of(cls).atoms(SpecialFunctionBase):
+            if type(called) not in found:
+                found.add(type(called))
+                pending.append(type(called))
+    return found
+
+
+def derivative_of(cls: type) -> sympy.Expr:
+    """The derivative of ``cls`` in the runtime's own names ``n`` and ``x``."""
+    args = (INDEX, ARGUMENT) if cls.family else (ARGUMENT,)
+    return cls.derivative(*args)
+
+
+def in_floats(cls: type):
+    """``cls`` on Python floats, for the build's domain check: the torch op itself where there is
+    one (mpmath's besselk takes 1.2 ms a call, torch's 4 us), mpmath's value for the families."""
+    if cls.family:
+        return lambda n, x: _real(cls.exact(n, mpmath.mpf(x)))
+    import torch  # imported by the build already (memory.py), before any spec's time limit
+
+    op = functools.reduce(getattr, cls.value.split("(")[0].split(".")[1:], torch)
+    return lambda x: op(torch.tensor(x, dtype=torch.float64)).item()
+
+
+def _real(value) -> float:
+    """An mpmath value as a float; ValueError (as math raises) where it has no real value."""
+    value = mpmath.mpmathify(value)
+    if isinstance(value, mpmath.mpc):
+        if value.imag != 0:
+            raise ValueError("no real value")
+        value = value.real
+    return float(value)
+
+
+def torch_error(expr: sympy.Expr) -> float:
+    """The largest float64 error of torch's special functions ``expr`` calls (0 if none)."""
+    return max((type(node).torch_error for node in expr.atoms(SpecialFunctionBase)), default=0.0)
+
+
+def in_order(classes) -> list[type]:
+    """``classes`` in a fixed order, for byte-identical output."""
+    return [cls for cls in ALL if cls in classes]
+
+
+def exact_value(name: str, *args):
+    """The mpmath value of the language function ``name`` (for tests and documentation)."""
+    return FUNCTIONS[name][0].exact(*args)
