@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+import types
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -164,7 +165,7 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
     }
     first = workdir / spec.name / strategies[0]
     tests = import_path(first / "tests" / f"test_{spec.name}.py")
-    candidates = [Candidate(COMPOSED, tests.composed)]
+    candidates = [Candidate(COMPOSED, _timed_composed(tests.composed, modules[strategies[0]]))]
     codes: dict[str, str] = {}  # the first strategy named explicitly with each code
     for strategy, module in modules.items():
         concrete = module.STRATEGY
@@ -176,6 +177,18 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
         # as the generated tests call it: a loss elementwise (reduction="none")
         candidates.append(Candidate(NATIVE, tests.checks.elementwise(resolve_native(spec.native)), spec.native))
     return Subject(spec, tuple(candidates))
+
+
+def _timed_composed(composed, module):
+    """The tests' composed expression, its special functions (``checks.special``: mpmath, element
+    by element, an exact reference but no rival) made the generated module's ``_Special`` ones:
+    the formula in torch ops as a user would write it with a differentiable bessel_j0."""
+    if "special" not in composed.__code__.co_names and "checks" not in composed.__code__.co_names:
+        return composed
+    shim = types.SimpleNamespace(special=lambda name, x: getattr(module, f"_{name}")(x))
+    timed = types.FunctionType(composed.__code__, {**composed.__globals__, "checks": shim}, composed.__name__)
+    timed.__kwdefaults__ = composed.__kwdefaults__
+    return timed
 
 
 def _code_of(module) -> str:

@@ -268,8 +268,8 @@ _FLOAT_FUNCTIONS = {
     sympy.atan: math.atan, sympy.atan2: math.atan2, sympy.sinh: math.sinh, sympy.cosh: math.cosh,
     sympy.tanh: math.tanh, sympy.asinh: math.asinh, sympy.acosh: math.acosh, sympy.atanh: math.atanh,
     sympy.erf: math.erf, sympy.erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
-    sympy.loggamma: math.lgamma, sympy.polygamma: lambda n, x: _real_float(mpmath.polygamma(int(n), x)),
-    sympy.erfinv: lambda x: _real_float(mpmath.erfinv(x)), special.xlogy: lambda x, y: 0.0 if x == 0 else x * math.log(y),
+    sympy.loggamma: math.lgamma, sympy.polygamma: lambda n, x: special.real_float(mpmath.polygamma(int(n), x)),
+    sympy.erfinv: lambda x: special.real_float(mpmath.erfinv(x)), special.xlogy: lambda x, y: 0.0 if x == 0 else x * math.log(y),
 }
 
 
@@ -310,21 +310,12 @@ def _float_value(expr: sympy.Expr) -> float:
     elif expr.func in _FLOAT_FUNCTIONS:
         value = _FLOAT_FUNCTIONS[expr.func](*(_float_value(arg) for arg in expr.args))
     elif isinstance(expr, special.SpecialFunctionBase):
-        value = _real_float(expr.exact(*(_float_value(arg) for arg in expr.args)))
+        value = special.real_float(expr.exact(*(_float_value(arg) for arg in expr.args)))
     else:
         raise _NoFloatMeaning(type(expr).__name__)
     if not math.isfinite(value):
         raise OverflowError
     return value
-
-
-def _real_float(value) -> float:
-    """An mpmath value as a float; ValueError where it has no real value (bessel_y0(-1))."""
-    if isinstance(value, mpmath.mpc):
-        if value.imag != 0:
-            raise ValueError("no real value")
-        value = value.real
-    return float(value)
 
 
 def _short(expr: sympy.Expr) -> str:

@@ -59,13 +59,10 @@ class SpecialFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on
             return sympy.Float(self.exact(*(mpmath.mpf(sympy.Float(arg, prec)) for arg in self.args)), precision=prec)
 
 
-def _index(n) -> int:
-    return int(n)
-
-
 def _at_zero(value_away, limit):
+    """A family's exact value: ``limit(n)`` at 0, where x**n divides 0 by 0."""
     def exact(n, x):
-        return limit(_index(n)) if x == 0 else value_away(_index(n), x)
+        return limit(int(n)) if x == 0 else value_away(int(n), x)
     return exact
 
 
@@ -365,14 +362,14 @@ def in_floats(cls: type):
     """``cls`` on Python floats, for the build's domain check: the torch op itself where there is
     one (mpmath's besselk takes 1.2 ms a call, torch's 4 us), mpmath's value for the families."""
     if cls.family:
-        return lambda n, x: _real(cls.exact(n, mpmath.mpf(x)))
+        return lambda n, x: real_float(cls.exact(n, mpmath.mpf(x)))
     import torch  # imported by the build already (memory.py), before any spec's time limit
 
     op = functools.reduce(getattr, cls.value.split("(")[0].split(".")[1:], torch)
     return lambda x: op(torch.tensor(x, dtype=torch.float64)).item()
 
 
-def _real(value) -> float:
+def real_float(value) -> float:
     """An mpmath value as a float; ValueError (as math raises) where it has no real value."""
     value = mpmath.mpmathify(value)
     if isinstance(value, mpmath.mpc):
@@ -390,8 +387,3 @@ def torch_error(expr: sympy.Expr) -> float:
 def in_order(classes) -> list[type]:
     """``classes`` in a fixed order, for byte-identical output."""
     return [cls for cls in ALL if cls in classes]
-
-
-def exact_value(name: str, *args):
-    """The mpmath value of the language function ``name`` (for tests and documentation)."""
-    return FUNCTIONS[name][0].exact(*args)
