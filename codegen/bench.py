@@ -183,7 +183,7 @@ def _timed_composed(composed, module):
     """The tests' composed expression, its special functions (``checks.special``: mpmath, element
     by element, an exact reference but no rival) made the generated module's ``_Special`` ones:
     the formula in torch ops as a user would write it with a differentiable bessel_j0."""
-    if "special" not in composed.__code__.co_names and "checks" not in composed.__code__.co_names:
+    if "checks" not in composed.__code__.co_names:
         return composed
     shim = types.SimpleNamespace(special=lambda name, x: getattr(module, f"_{name}")(x))
     timed = types.FunctionType(composed.__code__, {**composed.__globals__, "checks": shim}, composed.__name__)

@@ -54,9 +54,7 @@ def _functions() -> dict:
     return {
         "sigmoid": _sigmoid, "softplus": _softplus, "Guard": _guard,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
-        "polygamma": lambda n, x: special.real_float(mpmath.polygamma(int(n), x)),
-        "erfinv": lambda x: special.real_float(mpmath.erfinv(x)),
-        "xlogy": lambda x, y: 0.0 if x == 0 else x * math.log(y),
+        **special.FLOAT_VALUES,
     }
 
 

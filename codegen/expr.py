@@ -12,7 +12,6 @@ import ast
 import math
 import warnings
 
-import mpmath
 import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
@@ -268,8 +267,8 @@ _FLOAT_FUNCTIONS = {
     sympy.atan: math.atan, sympy.atan2: math.atan2, sympy.sinh: math.sinh, sympy.cosh: math.cosh,
     sympy.tanh: math.tanh, sympy.asinh: math.asinh, sympy.acosh: math.acosh, sympy.atanh: math.atanh,
     sympy.erf: math.erf, sympy.erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
-    sympy.loggamma: math.lgamma, sympy.polygamma: lambda n, x: special.real_float(mpmath.polygamma(int(n), x)),
-    sympy.erfinv: lambda x: special.real_float(mpmath.erfinv(x)), special.xlogy: lambda x, y: 0.0 if x == 0 else x * math.log(y),
+    sympy.loggamma: math.lgamma, sympy.polygamma: special.FLOAT_VALUES["polygamma"],
+    sympy.erfinv: special.FLOAT_VALUES["erfinv"], special.xlogy: special.FLOAT_VALUES["xlogy"],
 }
 
 

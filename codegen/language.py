@@ -18,7 +18,6 @@ FUNCTION_ARITY = {
     "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
 }
 PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
-SPECIAL_FUNCTIONS = tuple(list(FUNCTION_ARITY)[list(FUNCTION_ARITY).index("lgamma"):])
 CONSTANT_NAMES = ("pi", "E")
 
 # Names users reach for that the language does not have (yet): what the message says instead of

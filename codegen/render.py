@@ -231,14 +231,18 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
     """Whether a choice on params alone may take a branch without inputs (where(a > 0, x, 1)):
     the composed expression then may not reach the inputs at all."""
     inputs = {sympy.Symbol(name, real=True) for name in spec.inputs}
-    return any(not (piece.cond.free_symbols & inputs) and not (piece.expr.free_symbols & inputs)
-               for pw in expr.atoms(sympy.Piecewise) for piece in pw.args
-               if not any(p.cond.free_symbols & inputs for p in pw.args))
+    for piecewise in expr.atoms(sympy.Piecewise):
+        if any(piece.cond.free_symbols & inputs for piece in piecewise.args):
+            continue  # a choice on inputs: torch.where, which keeps them in the graph
+        if any(not piece.expr.free_symbols & inputs for piece in piecewise.args):
+            return True
+    return False
 
 
 def render_tests(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
     value, printer = composed_code(plan)
+    accuracy = special.torch_error(plan.expr)
     shapes = _test_shapes(len(spec.inputs))
     other_params = other_param_values(plan.expr, spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
@@ -257,7 +261,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         },
         strategy=plan.strategy,
         boundaries={name: repr(values) for name, values in boundaries(plan.expr, spec).items()},
-        accuracy=repr(special.torch_error(plan.expr)) if special.torch_error(plan.expr) else None,
+        accuracy=repr(accuracy) if accuracy else None,
         specials=bool(plan.expr.atoms(special.SpecialFunctionBase)),
     ), spec.line_length)
 

@@ -18,6 +18,7 @@ again with the formula below, so autograd differentiates them to every order, un
 from __future__ import annotations
 
 import functools
+import math
 
 import mpmath
 import sympy
@@ -26,19 +27,24 @@ import sympy
 class SpecialFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on it (Printer._print)
     """A function of the language the generated module computes with ``_Special``.
 
-    ``language``: its name in specs; ``runtime``: its name in the generated module (``_NAME``);
-    ``value``: the torch code of its value (``x`` the argument, ``n`` a family's index);
-    ``exact``: its value by mpmath (the domain check, the generated tests' reference).
+    ``op``: the function that computes its value (a torch op, or a family's helper in the
+    generated module, which takes the index ``n`` first); ``exact``: its value by mpmath (the
+    domain check, constant folding). Named as in specs (``language``), and ``_NAME`` in the
+    generated module (``runtime``); ``value``: the generated code of its value.
     """
 
-    language = ""
-    runtime = ""
-    value = ""
+    op = ""
     family = False  # the first argument is an index n, not differentiated
     # torch's largest error in float64 (the generated tests' tolerance): measured against mpmath
     # on [1/64, 25] by 1/64 steps, torch 2.13; bessel_j0/j1/y0/y1 are off by up to 8.5e-7
     # (their float64 approximations jump by about that at x = 5), the others by 1e-15 relative
     torch_error = 0.0
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.language = "" if cls.family else cls.__name__
+        cls.runtime = f"_{cls.__name__}"
+        cls.value = f"{cls.op}(n, x)" if cls.family else f"{cls.op}(x)"
 
     @classmethod
     def exact(cls, *args):
@@ -67,7 +73,7 @@ def _at_zero(value_away, limit):
 
 
 class bessel_j0(SpecialFunctionBase):  # noqa: N801 - named as in specs
-    nargs, language, runtime, value = 1, "bessel_j0", "_bessel_j0", "torch.special.bessel_j0(x)"
+    nargs, op = 1, "torch.special.bessel_j0"
     torch_error = 1e-6
 
     @staticmethod
@@ -80,7 +86,7 @@ class bessel_j0(SpecialFunctionBase):  # noqa: N801 - named as in specs
 
 
 class bessel_j1(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "bessel_j1", "_bessel_j1", "torch.special.bessel_j1(x)"
+    nargs, op = 1, "torch.special.bessel_j1"
     torch_error = 1e-6
 
     @staticmethod
@@ -95,7 +101,7 @@ class bessel_j1(SpecialFunctionBase):  # noqa: N801
 class bessel_j_over_power(SpecialFunctionBase):  # noqa: N801
     """J_n(x) / x**n."""
 
-    nargs, family, runtime, value = 2, True, "_bessel_j_over_power", "_bessel_j_over_power_value(n, x)"
+    nargs, family, op = 2, True, "_bessel_j_over_power_value"
 
     @staticmethod
     def derivative(n, x):
@@ -106,7 +112,7 @@ class bessel_j_over_power(SpecialFunctionBase):  # noqa: N801
 
 
 class bessel_y0(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "bessel_y0", "_bessel_y0", "torch.special.bessel_y0(x)"
+    nargs, op = 1, "torch.special.bessel_y0"
     torch_error = 1e-6
 
     @staticmethod
@@ -119,7 +125,7 @@ class bessel_y0(SpecialFunctionBase):  # noqa: N801
 
 
 class bessel_y1(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "bessel_y1", "_bessel_y1", "torch.special.bessel_y1(x)"
+    nargs, op = 1, "torch.special.bessel_y1"
     torch_error = 1e-6
 
     @staticmethod
@@ -132,7 +138,7 @@ class bessel_y1(SpecialFunctionBase):  # noqa: N801
 
 
 class i0(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "i0", "_i0", "torch.special.i0(x)"
+    nargs, op = 1, "torch.special.i0"
 
     @staticmethod
     def derivative(x):
@@ -144,7 +150,7 @@ class i0(SpecialFunctionBase):  # noqa: N801
 
 
 class i1(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "i1", "_i1", "torch.special.i1(x)"
+    nargs, op = 1, "torch.special.i1"
 
     @staticmethod
     def derivative(x):
@@ -158,7 +164,7 @@ class i1(SpecialFunctionBase):  # noqa: N801
 class bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
     """I_n(x) / x**n."""
 
-    nargs, family, runtime, value = 2, True, "_bessel_i_over_power", "_bessel_i_over_power_value(n, x)"
+    nargs, family, op = 2, True, "_bessel_i_over_power_value"
 
     @staticmethod
     def derivative(n, x):
@@ -169,7 +175,7 @@ class bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
 
 
 class i0e(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "i0e", "_i0e", "torch.special.i0e(x)"
+    nargs, op = 1, "torch.special.i0e"
 
     @staticmethod
     def derivative(x):
@@ -181,7 +187,7 @@ class i0e(SpecialFunctionBase):  # noqa: N801
 
 
 class i1e(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "i1e", "_i1e", "torch.special.i1e(x)"
+    nargs, op = 1, "torch.special.i1e"
 
     @staticmethod
     def derivative(x):
@@ -195,7 +201,7 @@ class i1e(SpecialFunctionBase):  # noqa: N801
 class scaled_bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
     """exp(-|x|) I_n(x) / x**n."""
 
-    nargs, family, runtime, value = 2, True, "_scaled_bessel_i_over_power", "_scaled_bessel_i_over_power_value(n, x)"
+    nargs, family, op = 2, True, "_scaled_bessel_i_over_power_value"
 
     @staticmethod
     def derivative(n, x):
@@ -206,7 +212,7 @@ class scaled_bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
 
 
 class modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "modified_bessel_k0", "_modified_bessel_k0", "torch.special.modified_bessel_k0(x)"
+    nargs, op = 1, "torch.special.modified_bessel_k0"
 
     @staticmethod
     def derivative(x):
@@ -218,7 +224,7 @@ class modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
 
 
 class modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "modified_bessel_k1", "_modified_bessel_k1", "torch.special.modified_bessel_k1(x)"
+    nargs, op = 1, "torch.special.modified_bessel_k1"
 
     @staticmethod
     def derivative(x):
@@ -230,8 +236,7 @@ class modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
 
 
 class scaled_modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
-    nargs, language = 1, "scaled_modified_bessel_k0"
-    runtime, value = "_scaled_modified_bessel_k0", "torch.special.scaled_modified_bessel_k0(x)"
+    nargs, op = 1, "torch.special.scaled_modified_bessel_k0"
 
     @staticmethod
     def derivative(x):
@@ -243,8 +248,7 @@ class scaled_modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
 
 
 class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
-    nargs, language = 1, "scaled_modified_bessel_k1"
-    runtime, value = "_scaled_modified_bessel_k1", "torch.special.scaled_modified_bessel_k1(x)"
+    nargs, op = 1, "torch.special.scaled_modified_bessel_k1"
 
     @staticmethod
     def derivative(x):
@@ -256,7 +260,7 @@ class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
 
 
 class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
-    nargs, language, runtime, value = 1, "spherical_bessel_j0", "_spherical_bessel_j0", "torch.special.spherical_bessel_j0(x)"
+    nargs, op = 1, "torch.special.spherical_bessel_j0"
 
     @staticmethod
     def derivative(x):
@@ -270,7 +274,7 @@ class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
 class spherical_j_over_power(SpecialFunctionBase):  # noqa: N801
     """j_n(x) / x**n, the spherical Bessel function over x**n."""
 
-    nargs, family, runtime, value = 2, True, "_spherical_j_over_power", "_spherical_j_over_power_value(n, x)"
+    nargs, family, op = 2, True, "_spherical_j_over_power_value"
 
     @staticmethod
     def derivative(n, x):
@@ -283,7 +287,7 @@ class spherical_j_over_power(SpecialFunctionBase):  # noqa: N801
 class sinc(SpecialFunctionBase):  # noqa: N801
     """torch.sinc: sin(pi x)/(pi x), 1 at 0."""
 
-    nargs, language, runtime, value = 1, "sinc", "_sinc", "torch.sinc(x)"
+    nargs, op = 1, "torch.sinc"
 
     @staticmethod
     def derivative(x):
@@ -365,7 +369,7 @@ def in_floats(cls: type):
         return lambda n, x: real_float(cls.exact(n, mpmath.mpf(x)))
     import torch  # imported by the build already (memory.py), before any spec's time limit
 
-    op = functools.reduce(getattr, cls.value.split("(")[0].split(".")[1:], torch)
+    op = functools.reduce(getattr, cls.op.split(".")[1:], torch)
     return lambda x: op(torch.tensor(x, dtype=torch.float64)).item()
 
 
@@ -377,6 +381,15 @@ def real_float(value) -> float:
             raise ValueError("no real value")
         value = value.real
     return float(value)
+
+
+# The functions torch differentiates itself, on Python floats (math has lgamma; mpmath the others):
+# for constant folding (expr.py) and the domain check (domain.py), by their printed names.
+FLOAT_VALUES = {
+    "polygamma": lambda n, x: real_float(mpmath.polygamma(int(n), x)),
+    "erfinv": lambda x: real_float(mpmath.erfinv(x)),
+    "xlogy": lambda x, y: 0.0 if x == 0 else x * math.log(y),
+}
 
 
 def torch_error(expr: sympy.Expr) -> float:
