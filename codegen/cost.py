@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sympy
 
+from .branches import Guard, Masked
 from .symbolic import SumTerm
 
 # One kernel's time relative to ``a * b``, and the time of autograd's backward for it.
@@ -37,6 +38,12 @@ TENSOR_OP = 1.0        # a * b, a + b, a / b
 SCALAR_OP = 0.7        # 2 * a, 1 - a, a**2, a**3, 1 / a, sqrt(a)
 GENERAL_POWER = 7.3    # a**6, a**(-7), a**1.5: std::pow per element
 FAST_EXPONENTS = {2, 3, -1, -2, sympy.S.Half, -sympy.S.Half}
+# Branches (branches.py), on a random mask: torch.where's CPU kernel branches per element
+WHERE = 8.3            # torch.where(mask, a, b); autograd's backward of it is a where per branch
+COMPARE = 1.3          # x > 0, a < b: a bool mask
+MASK_PRODUCT = 2.3     # a * mask (bool), and its backward g * mask
+MASK_NUMBERS = 1.3     # mask.to(dtype)
+LOGICAL = 0.1          # mask & mask, ~mask: a byte per element
 
 
 # Fused kernels (torch.compile, inductor on CPU): one function's compute beyond the kernel's memory
@@ -94,9 +101,27 @@ def _node_cost(node: sympy.Expr, scalars) -> tuple[float, float]:
         fast = node.exp in FAST_EXPONENTS
         forward = SCALAR_OP if fast else GENERAL_POWER
         return forward, 2 * SCALAR_OP + (0.0 if fast else GENERAL_POWER)
+    if isinstance(node, (sympy.Piecewise, Guard, Masked)):
+        return _branch_cost(node, scalars)
     if isinstance(node, sympy.Function):
         return FUNCTION_WEIGHTS.get(type(node).__name__, UNKNOWN_FUNCTION)
+    if isinstance(node, sympy.core.relational.Relational):
+        return COMPARE, 0.0
+    if isinstance(node, (sympy.And, sympy.Or, sympy.Not)):
+        return LOGICAL, 0.0
     return 0.0, 0.0
+
+
+def _branch_cost(node: sympy.Expr, scalars) -> tuple[float, float]:
+    if isinstance(node, Masked):
+        return (MASK_PRODUCT, MASK_PRODUCT) if not node.args[0].free_symbols <= scalars else (MASK_NUMBERS, 0.0)
+    if isinstance(node, Guard):  # a clamp's backward is a where on its mask, as a where's
+        return (SCALAR_OP if node.clamp_side() else WHERE), WHERE
+    choices = len(node.args) - 1  # a choice on params is made in Python: the condition holds no tensor
+    if all(arg.cond.free_symbols <= scalars for arg in node.args):
+        return 0.0, 0.0
+    tensor_branches = sum(1 for arg in node.args if not arg.expr.free_symbols <= scalars)
+    return choices * WHERE, tensor_branches * WHERE
 
 
 def second_order_cost(function, scalars) -> float:

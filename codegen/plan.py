@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from . import cost, limits, symbolic
+from . import branches, cost, limits, symbolic
 from .rewrite import for_differentiation, stabilize
 from .spec import Spec
 
@@ -166,6 +166,7 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
     none, the cheapest, and the reason says so.
     """
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
+    stable = _masking(stable, inputs)
     if spec.strategy == "auto":
         candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
     else:
@@ -203,6 +204,16 @@ def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> Mo
         else:
             notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
     return replace(module_plan(strategy, "; ".join([reason, *notes])), notes=tuple(notes))
+
+
+def _masking(stable, inputs):
+    """``stable``, then choices between a guarded value and 0 as products with their mask
+    (``branches.mask``): every formula printed goes through it."""
+    def printed(expr: sympy.Expr) -> sympy.Expr:
+        expr = stable(expr)
+        return branches.mask(expr, inputs) if expr.has(sympy.Piecewise) else expr
+
+    return printed
 
 
 # Each auto candidate may use this share of the spec's time left: one that blows up (nested at a
@@ -706,6 +717,8 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
     if type(value).__name__ == "Guard":  # branches.Guard: the input, or a safe value where the branch is not taken
         inner = _describe_rec(value.args[0], depth + 1)
         return f"safe_{inner}" if inner else None
+    if type(value).__name__ == "Masked":  # branches.Masked: a value where its branch is taken, else 0
+        return f"masked_{_part(value.args[0], depth)}"
     if isinstance(value, sympy.core.relational.Relational):
         left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) for side in (value.lhs, value.rhs))
         word = _RELATION_WORDS[value.rel_op]

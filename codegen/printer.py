@@ -359,7 +359,18 @@ class TorchPrinter(PythonCodePrinter):
 
     def _print_Guard(self, expr):
         value, taken, safe = expr.args
+        side = expr.clamp_side()
+        if side:
+            return f"torch.clamp({self._print(value)}, {side}={self._print(safe)})"
         return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
+
+    def _print_Masked(self, expr):
+        """``value * (taken)``: the mask is a bool tensor, which the product promotes to the value's
+        dtype; a mask of numbers (``Masked(1, taken)``) takes the dtype of a tensor it compares."""
+        value, taken = expr.args
+        if not self.is_tensor(value):
+            return f"({self._print(taken)}).to({self._tensor_of(taken)}.dtype)"
+        return f"{self.parenthesize(value, PRECEDENCE['Mul'], strict=True)} * ({self._print(taken)})"
 
     def _print_Relational(self, expr):
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
@@ -420,6 +431,10 @@ class LanguagePrinter(StrPrinter):
 
     def _print_Guard(self, expr):
         return self._print(expr.args[0])
+
+    def _print_Masked(self, expr):
+        value, taken = expr.args
+        return f"where({self._print(taken)}, {self._print(value)}, 0)"
 
     def _print_loggamma(self, expr):
         return f"lgamma({self._print(expr.args[0])})"

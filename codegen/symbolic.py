@@ -174,14 +174,17 @@ def shared_values(forward: sympy.Expr, derivatives: list[sympy.Expr], inputs) ->
 def reused_calls(formulas: list[sympy.Expr], later: list[sympy.Expr], inputs, whole: bool = True):
     """The function calls computed by ``formulas`` that the ``later`` formulas use again.
 
-    Candidates are the calls that depend on an input (a whole formula too, with ``whole``); larger ones are
-    taken first, and a smaller one is kept only if the later formulas still need it once the
-    larger kept ones are replaced (softplus(x) is not kept for mish when tanh(softplus(x)) is).
+    Candidates are the calls that depend on an input (a whole formula too, with ``whole``), but
+    not those as cheap as a product (a clamp or a mask, ``recomputed`` in branches.py): a saved
+    tensor costs memory. Larger ones are taken first, and a smaller one is kept only if the later
+    formulas still need it once the larger kept ones are replaced (softplus(x) is not kept for mish
+    when tanh(softplus(x)) is).
     """
     inputs = set(inputs)
     candidates = {
         node for formula in formulas for node in sympy.preorder_traversal(formula)
         if isinstance(node, sympy.Function) and node.free_symbols & inputs and (whole or node not in formulas)
+        and not getattr(node, "recomputed", False)
     }
     ordered = sorted(candidates, key=lambda v: (-sympy.count_ops(v), sympy.default_sort_key(v)))
     remaining = list(later)

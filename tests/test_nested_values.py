@@ -82,16 +82,7 @@ def test_nested_and_auto_save_no_more_than_autograd_through_the_composed_express
         assert saved["auto"] <= saved[bench.COMPOSED], (workload, saved)
         if saved["nested"] > saved[bench.COMPOSED]:
             over.append((workload, saved))
-    if path.stem in NESTED_SAVES_MORE:
-        assert over, f"{path.stem} no longer saves more: take it out of NESTED_SAVES_MORE"
-    else:
-        assert not over, over
-
-
-# Piecewise examples whose nested levels save one float tensor more than autograd through the
-# composed (guarded) expression, which keeps bool masks instead (cosine_cutoff at W2: 2048 bytes
-# against 1536 at 256 float32 elements); auto picks a strategy that does not. Left to issue 15.
-NESTED_SAVES_MORE = {"cosine_cutoff"}
+    assert not over, over
 
 
 def test_an_unused_gradient_of_a_level_with_values_counts_as_zero(tmp_path):

@@ -25,7 +25,13 @@ OPS = {
     "sin": lambda x, y: torch.sin(x), "sinh": lambda x, y: torch.sinh(x), "cosh": lambda x, y: torch.cosh(x),
     "atan": lambda x, y: torch.atan(x), "atan2": lambda x, y: torch.atan2(x, y), "asinh": lambda x, y: torch.asinh(x),
     "hypot": lambda x, y: torch.hypot(x, y), "logaddexp": lambda x, y: torch.logaddexp(x, y),
+    # branches (branches.py), on a random mask (x > y holds for half the elements, in no order):
+    # torch.where's CPU kernel branches per element, so it pays a misprediction on every other one
+    "x > y": lambda x, y: x > y, "x > 1": lambda x, y: x > 1.0, "where": lambda x, y: torch.where(x > y, x, y),
+    "x * mask": lambda x, y: x * _MASK, "mask.to": lambda x, y: _MASK.to(x.dtype), "clamp": lambda x, y: x.clamp(max=1.0),
+    "mask & mask": lambda x, y: _MASK & _MASK,
 }
+_MASK = None  # x > y of the inputs, set in main
 
 
 def best_seconds(op, x, y, calls: int = 30) -> float:
@@ -51,6 +57,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     x, y = torch.rand(args.size) + 0.5, torch.rand(args.size) + 0.5
+    global _MASK
+    _MASK = x > y
     unit = best_seconds(OPS["mul"], x, y)
     if args.fused:
         traffic = best_seconds(compiled(lambda x, y: x), x, y)
