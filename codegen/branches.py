@@ -184,20 +184,26 @@ def _finite_everywhere(value: sympy.Expr, used) -> bool:
 
 def safe_point(value: sympy.Expr, used, spec, taken=None) -> tuple[sympy.Expr, ...]:
     """A point of the inputs ``used`` where ``value`` and its partial derivatives up to the spec's
-    order are finite (float64, params at their defaults): the bound of a ``taken`` that bounds the
-    one input (x <= k, r < rc: the guard is then a clamp), else a nice number for all, else a point
-    of the domain grid."""
+    order are finite (float64, params at their defaults). Where ``taken`` bounds the one input by
+    k (x <= k, r < rc): k itself (the guard is then a clamp), else k moved into the taken side by
+    a nice step (rc - 1: it follows rc when the params change); else a nice number for all, else
+    a point of the domain grid."""
     from . import domain
 
     formulas = [f for _, f in domain.formulas_at_defaults(value, spec, used)]
     bound = _bound(taken, used, {sympy.Symbol(name, real=True) for name in spec.inputs})
-    candidates = [(domain.at_defaults(bound, spec),)] if bound is not None else []
-    candidates += [tuple([v] * len(used)) for v in _NICE]
-    candidates += domain.grid([spec.bounds(s.name) for s in used])
-    bad = domain.not_finite(formulas, used, [tuple(float(v) for v in point) for point in candidates])
+    candidates = []
+    if bound is not None:
+        inward = -1 if Guard(used[0], taken, bound).clamp_side() == "max" else 1
+        moved = [bound + inward * sympy.nsimplify(step) for step in _NICE if step > 0]
+        candidates = [(bound,)] + [(sympy.Float(v) if v.is_Number else v,) for v in moved]
+    candidates += [(sympy.Float(v),) * len(used) for v in _NICE]
+    candidates += [tuple(sympy.Float(v) for v in point) for point in domain.grid([spec.bounds(s.name) for s in used])]
+    at_defaults = [tuple(float(domain.at_defaults(v, spec)) for v in point) for point in candidates]
+    bad = domain.not_finite(formulas, used, at_defaults)
     for index, point in enumerate(candidates):
         if not any(row[index] for row in bad):
-            return (bound,) if index == 0 and bound is not None else tuple(sympy.Float(v) for v in point)
+            return point
     branch = formula(value)
     raise SpecErrors([spec.problem("expr", f"expr: the branch {branch} is not finite, or a derivative of it up to "
                                            f"order {spec.order}, at any point tried; dbgen needs one to evaluate "

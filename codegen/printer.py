@@ -30,10 +30,11 @@ class TorchPrinter(PythonCodePrinter):
         # cannot differentiate is the tests' mpmath one (checks.special), not the module's
         self.reference = reference
         self.specials: set[type] = set()  # the SpecialFunctionBase classes printed (special.py)
-        # A fold's scale given as addcmul's value= or add's alpha=, where it depends on params. Off
-        # for fused kernels: torch.compile(dynamic=True) (torch 2.13) specializes such a keyword
-        # to the param's first value when the param is also used in a tensor op, so another value
-        # gives wrong numbers (sin(w*x) then add(a, b, alpha=w)); a product is recompiled right.
+        # A param as a keyword: a fold's scale as addcmul's value= or add's alpha=, a guard's bound
+        # as clamp's max=. Off for fused kernels: torch.compile(dynamic=True) (torch 2.13)
+        # specializes such a keyword to the param's first value when the param is also used in a
+        # tensor op, so another value gives wrong numbers (sin(w*x) then add(a, b, alpha=w));
+        # a product, or torch.where, is recompiled right.
         self.scalar_keywords = True
         self.tensors = frozenset(sympy.Symbol(str(name), real=True) for name in tensors)
         self.fold_sums = fold_sums
@@ -360,7 +361,7 @@ class TorchPrinter(PythonCodePrinter):
     def _print_Guard(self, expr):
         value, taken, safe = expr.args
         side = expr.clamp_side()
-        if side:
+        if side and (self.scalar_keywords or not safe.free_symbols):
             return f"torch.clamp({self._print(value)}, {side}={self._print(safe)})"
         return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
 

@@ -255,3 +255,20 @@ def test_mask_keeps_torch_where_for_a_value_that_reads_an_input_unguarded():
     assert mask(other_guard, [x]) == other_guard  # its guard is safe only where x > 1 fails
     indicator = sympy.Piecewise((3, x > 0), (0, True))
     assert mask(indicator, [x]) == 3 * Masked(1, x > 0)
+
+
+def test_a_safe_point_near_a_param_bound_follows_the_param(build):
+    """exp(-1/(rc - r)) is singular at its bound rc, so the safe point is rc - 1, not a number: at
+    rc = 1 the number 1.0 (safe at the default rc = 2) would be the singular point itself."""
+    module = build(name="bump", expr="where(r < rc, exp(-1/(rc - r)), 0)", inputs=["r"], params={"rc": 2.0},
+                   order=3, domain={"r": [0, 3]})
+    source = module.__file__ and open(module.__file__).read()
+    assert "torch.where(r < rc, r, rc - 1)" in source
+    r = torch.tensor([0.2, 0.9, 1.0, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
+    for rc in (1.0, 2.0, 0.5):
+        chain = derivative_chain(module.bump, [r], 4, seed=1, params={"rc": rc})
+        expected = derivative_chain(pointwise(lambda r, rc=rc: T.exp(-1 / (rc - r)) if r < rc else 0.0 * r),
+                                    [r], 4, seed=1, params={"rc": rc})
+        for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
+            assert torch.isfinite(level).all(), (rc, level)
+        assert_chains_close(chain, expected, rtol=1e-9, atol=1e-9)

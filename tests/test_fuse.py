@@ -66,3 +66,22 @@ def test_fused_module_keeps_every_order_and_transform(fused):
     torch.testing.assert_close(torch.func.vmap(module.mish_fused)(x.detach()), ref(x.detach()))
     hessian = torch.func.hessian(lambda v: module.mish_fused(v).sum())(x.detach()[0])
     torch.testing.assert_close(hessian, torch.func.hessian(lambda v: ref(v).sum())(x.detach()[0]))
+
+
+def test_a_param_bound_of_a_guard_is_not_specialized_by_the_compiler(tmp_path):
+    """torch.compile specializes a param passed as a keyword (clamp's max=rc) once it recompiles
+    (measured: float64 at rc = 2 and 5, then float32 at rc = 5 held r at 2 where r < 5 is taken):
+    a fused guard is a torch.where, right at every value of rc, not a clamp."""
+    from helpers import build_spec
+
+    torch._dynamo.reset()
+    module = build_spec(tmp_path, name="cut", expr="where(r < rc, (1 - r/rc)**2 * exp(r), 0)", inputs=["r"],
+                        params={"rc": 5.0}, order=2, strategy="nested", fuse=True, domain={"r": [0, 6]})
+    for dtype in (torch.float64, torch.float32):
+        r = torch.linspace(0.1, 5.9, 12, dtype=dtype, requires_grad=True)
+        for rc in (2.0, 5.0):
+            expected = derivative_chain(lambda r: torch.where(r < rc, (1 - r / rc) ** 2 * torch.exp(r), 0.0), [r],
+                                        2, seed=4)
+            actual = derivative_chain(lambda r: module.cut(r, rc=rc), [r], 2, seed=4)
+            for a, e in zip([actual[0], *actual[1], *actual[2]], [expected[0], *expected[1], *expected[2]]):
+                torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
