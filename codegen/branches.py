@@ -190,15 +190,17 @@ def safe_point(value: sympy.Expr, used, spec, taken=None) -> tuple[sympy.Expr, .
     a point of the domain grid."""
     from . import domain
 
-    formulas = [f for _, f in domain.formulas_at_defaults(value, spec, used)]
     bound = _bound(taken, used, {sympy.Symbol(name, real=True) for name in spec.inputs})
+    if bound is not None and _finite_at(value, used[0], bound, spec):
+        return (bound,)
     candidates = []
     if bound is not None:
         inward = -1 if Guard(used[0], taken, bound).clamp_side() == "max" else 1
         moved = [bound + inward * sympy.nsimplify(step) for step in _NICE if step > 0]
-        candidates = [(bound,)] + [(sympy.Float(v) if v.is_Number else v,) for v in moved]
+        candidates = [(sympy.Float(v) if v.is_Number else v,) for v in moved]
     candidates += [(sympy.Float(v),) * len(used) for v in _NICE]
     candidates += [tuple(sympy.Float(v) for v in point) for point in domain.grid([spec.bounds(s.name) for s in used])]
+    formulas = [f for _, f in domain.formulas_at_defaults(value, spec, used)]
     at_defaults = [tuple(float(domain.at_defaults(v, spec)) for v in point) for point in candidates]
     bad = domain.not_finite(formulas, used, at_defaults)
     for index, point in enumerate(candidates):
@@ -209,6 +211,16 @@ def safe_point(value: sympy.Expr, used, spec, taken=None) -> tuple[sympy.Expr, .
                                            f"order {spec.order}, at any point tried; dbgen needs one to evaluate "
                                            "it where it is not taken. Write the branch so that it is finite "
                                            "somewhere in the domain")])
+
+
+def _finite_at(value: sympy.Expr, x: sympy.Symbol, bound: sympy.Expr, spec) -> bool:
+    """Whether ``value`` and its derivatives are finite at ``x = bound`` exactly: substituted before
+    the params take their defaults, so that 1 - r**2/rc**2 is 0 at r = rc (and exp(-1/0) NaN),
+    not 1e-16 after rounding rc**-2 (exp(-1e16) = 0: a singular bound taken for a safe point)."""
+    from . import domain
+
+    formulas = [domain.at_defaults(f.xreplace({x: bound}), spec) for _, f in domain.with_partials(value, [x], spec.order)]
+    return not any(row[0] for row in domain.not_finite(formulas, [x], [(0.0,)]))
 
 
 def _bound(taken, used, inputs) -> sympy.Expr | None:

@@ -90,10 +90,10 @@ def at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
 
 def formulas_at_defaults(expr: sympy.Expr, spec: Spec, inputs) -> list[tuple[int, sympy.Expr]]:
     """(order, formula): ``expr`` and its partials in ``inputs`` up to the spec's order, params at their defaults."""
-    return _formulas(at_defaults(expr, spec), inputs, spec.order)
+    return with_partials(at_defaults(expr, spec), inputs, spec.order)
 
 
-def _formulas(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
+def with_partials(expr, inputs, order: int) -> list[tuple[int, sympy.Expr]]:
     """(order, formula): the function and its partial derivatives, lowest orders first.
 
     The planner writes out only some partials symbolically (the first, for a single-level
@@ -201,7 +201,7 @@ def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
         value = at_defaults(part, spec)
         if any(not_finite([value], inputs, where)[0]):
             return formula(part)
-        derivatives = _formulas(value, inputs, order)[1:]
+        derivatives = with_partials(value, inputs, order)[1:]
         for k in range(1, order + 1):
             partials = [d for degree, d in derivatives if degree == k]
             if partials and any(any(row) for row in not_finite(partials, inputs, where)):

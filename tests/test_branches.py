@@ -272,3 +272,17 @@ def test_a_safe_point_near_a_param_bound_follows_the_param(build):
         for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
             assert torch.isfinite(level).all(), (rc, level)
         assert_chains_close(chain, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_a_bound_that_rounds_to_a_finite_point_is_not_taken_for_a_safe_point(build):
+    """1 - (r/rc)**2 at r = rc is 0, but 1 - 0.111...*r**2 at r = 3.0 (rc = 3 substituted first) is
+    1e-16 and exp(-1e16) looks finite: the bound is checked exactly, and the guard is not a clamp
+    (which gave NaN from r = rc on in a force-matching loop)."""
+    module = build(name="bump", expr="where(r < rc, exp(-1/(1 - (r/rc)**2)), 0)", inputs=["r"], params={"rc": 3.0},
+                   order=2, domain={"r": [0, 4]})
+    assert "torch.clamp" not in open(module.__file__).read()
+    for dtype in (torch.float64, torch.float32):
+        r = _points([[0.5, 2.9, 3.0, 3.5, 10.0]], dtype)
+        chain = derivative_chain(module.bump, r, 3, seed=2)
+        for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
+            assert torch.isfinite(level).all(), (dtype, level)
