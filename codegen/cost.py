@@ -32,6 +32,8 @@ FUNCTION_WEIGHTS = {
     "asinh": (8.0, 3.0), "acosh": (8.0, 3.0), "atanh": (2.0, 2.0), "erf": (1.9, 3.0), "erfc": (2.1, 3.0),
     "sigmoid": (1.4, 1.0), "softplus": (4.6, 1.0), "Abs": (0.7, 2.0), "sign": (0.7, 0.0),
     "logaddexp": (4.8, 6.0), "hypot": (3.3, 4.0), "Max": (1.0, 2.0),
+    # 1 - y**2 of a tanh, fused with its product into tanh_backward (rewrite.Sech2)
+    "Sech2": (0.2, 2.5),
 }
 UNKNOWN_FUNCTION = (2.0, 3.0)
 TENSOR_OP = 1.0        # a * b, a + b, a / b
@@ -54,7 +56,7 @@ FUSED_FUNCTION_WEIGHTS = {
     "exp": 0.15, "log": 1.0, "log1p": 1.2, "expm1": 0.17, "sqrt": 0.0, "sin": 0.15, "cos": 0.4, "tan": 2.5,
     "asin": 2.0, "acos": 2.6, "atan": 1.8, "atan2": 2.7, "sinh": 2.9, "cosh": 3.6, "tanh": 3.3,
     "asinh": 4.8, "acosh": 5.5, "atanh": 1.5, "erf": 0.8, "erfc": 6.5, "sigmoid": 0.4, "softplus": 2.9,
-    "Abs": 0.0, "sign": 0.0, "logaddexp": 3.6, "hypot": 2.0, "Max": 0.0,
+    "Abs": 0.0, "sign": 0.0, "logaddexp": 3.6, "hypot": 2.0, "Max": 0.0, "Sech2": 0.0,
 }
 FUSED_UNKNOWN_FUNCTION = 3.0
 FUSED_GENERAL_POWER = 5.5  # a non-integer exponent; inductor multiplies out integer ones

@@ -756,7 +756,8 @@ def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
         name = parts[0] if len(parts) == 1 else _joined("prod", parts)
         if coefficient == -1:
             return f"neg_{name}"
-        return name if coefficient == 1 else f"scaled_{name}"
+        scaled = f"scaled_{name}"
+        return name if coefficient == 1 or len(scaled) > MAX_NAME else scaled
     return _constant(value)
 
 

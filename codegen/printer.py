@@ -63,6 +63,9 @@ class TorchPrinter(PythonCodePrinter):
         cotangent (which autograd holds anyway); the second forms ``3 * grad_out``, a new tensor
         autograd must keep for the second-order pass."""
         parts = sympy.Mul.make_args(expr)
+        fused = self._tanh_backward(parts)
+        if fused:
+            return fused
         floats = [part for part in parts if not self.is_tensor(part)]
         if not (floats and self.scaled_last & set(parts)) or sympy.Mul(*floats) == -1:
             return StrPrinter._print_Mul(self, expr)  # a sign is printed first, as -a * b
@@ -74,6 +77,23 @@ class TorchPrinter(PythonCodePrinter):
         if scale.is_Number:
             return f"{product} * {self._print(scale)}"
         return f"{product} * {self.parenthesize(scale, PRECEDENCE['Atom'], strict=True)}"
+
+    def _tanh_backward(self, parts) -> str | None:
+        """``g * Sech2(y)`` (rewrite.py) as torch's fused ``tanh_backward(g, y)``, times the float factors."""
+        sech2 = next((part for part in parts if type(part).__name__ == "Sech2" and self.is_tensor(part)), None)
+        tensors = [part for part in parts if part is not sech2 and self.is_tensor(part)]
+        if sech2 is None or not tensors:
+            return None
+        call = f"torch.ops.aten.tanh_backward({self._print(sympy.Mul(*tensors))}, {self._print(sech2.args[0])})"
+        scale = sympy.Mul(*(part for part in parts if not self.is_tensor(part)))
+        if scale == 1:
+            return call
+        return f"-{call}" if scale == -1 else f"{self.parenthesize(scale, PRECEDENCE['Mul'])} * {call}"
+
+    def _print_Sech2(self, expr):
+        """Alone (no tensor factor to fuse with): (1 - y)*(y + 1), the stable form."""
+        (y,) = expr.args
+        return self._print(sympy.Mul(1 - y, 1 + y, evaluate=False))
 
     def _print_Add(self, expr, order=None):
         """A sum of tensor terms in as few kernels as eager torch has: the first plain term (else the
@@ -436,6 +456,9 @@ class LanguagePrinter(StrPrinter):
     def _print_Masked(self, expr):
         value, taken = expr.args
         return f"where({self._print(taken)}, {self._print(value)}, 0)"
+
+    def _print_Sech2(self, expr):
+        return f"(1 - {self.parenthesize(expr.args[0]**2, PRECEDENCE['Add'])})"
 
     def _print_loggamma(self, expr):
         return f"lgamma({self._print(expr.args[0])})"

@@ -386,7 +386,7 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
         output_unpack=((_unpack_used(outputs, fn.saved) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
-        ctx_lines=tuple(f"ctx.{name} = {name}" for name in params) + _materialize_lines(fn),
+        ctx_lines=tuple(f"ctx.{ctx_name(name)} = {name}" for name in params) + _materialize_lines(fn),
         compile_name=fn.compile_name,
         cotangents=", ".join([*fn.cotangents, *(f"_grad_{name}" for name in fn.values)]),
         backward_lines=tuple(backward_lines),
@@ -394,6 +394,22 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
         **_jvp_fields(fn, params, printers),
     )
     return _fuse(view, fn, params) if plan.spec.fuse else view
+
+
+# What autograd's ctx already has (dir(torch.autograd.function.BackwardCFunction), torch 2.13): a param
+# stored under one of these names would replace it (ctx.apply = 0.5 breaks backward).
+CTX_ATTRIBUTES = frozenset({
+    "apply", "apply_boxed", "apply_jvp", "dirty_tensors", "mark_dirty", "mark_non_differentiable",
+    "mark_shared_storage", "materialize_grads", "maybe_clear_saved_tensors", "metadata", "name",
+    "needs_input_grad", "next_functions", "non_differentiable", "register_hook", "register_prehook",
+    "requires_grad", "save_for_backward", "save_for_forward", "saved_for_forward", "saved_tensors",
+    "saved_variables", "set_materialize_grads", "to_save",
+})
+
+
+def ctx_name(param: str) -> str:
+    """The ctx attribute holding ``param``: its own name, unless ctx has an attribute of that name."""
+    return f"{param}_param" if param in CTX_ATTRIBUTES else param
 
 
 def _materialize_lines(fn: FunctionPlan) -> tuple[str, ...]:
@@ -415,12 +431,12 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
     if fn.backward is not None:
         grads = [grad for grad, _ in fn.accumulations] or [r.name for r in fn.backward.results]
         args = [*fn.cotangents, *fn.saved, *params]
-        ctx_prefix = tuple(f"{name} = ctx.{name}" for name in params)
+        ctx_prefix = tuple(f"{name} = ctx.{ctx_name(name)}" for name in params)
         body = tuple(line for line in view.backward_lines if line not in ctx_prefix)
         backward = KernelView(f"{snake}_backward", ", ".join(args), f"{fn.class_name}'s backward formulas.",
                               body, ", ".join(grads))
         kernels.append(backward)
-        call_args = ", ".join([*fn.cotangents, *fn.saved, *(f"ctx.{name}" for name in params)])
+        call_args = ", ".join([*fn.cotangents, *fn.saved, *(f"ctx.{ctx_name(name)}" for name in params)])
         changes.update(backward_lines=(f"{_unpack(grads) if len(grads) > 1 else grads[0]} = {backward.name}({call_args})",))
     return dataclasses.replace(view, kernels=tuple(kernels), **changes)
 
@@ -428,7 +444,7 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
 def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
     printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward], fold_sums=False)
     printers.append(printer)
-    lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.jvp)]
+    lines = [f"{name} = ctx.{ctx_name(name)}" for name in params if name in _used_names(fn.jvp)]
     if (fn.accumulations or fn.values) and len(fn.tangents) > 1:
         # gradients are not materialized here, and neither are tangents: a non-dual input's is None
         lines.append(f"{_unpack(fn.tangents)} = _zero_missing(({_unpack(fn.tangents)}))")
@@ -447,7 +463,7 @@ def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
 def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     params = plan.spec.param_names
     nones = ["None"] * (len(fn.constants) + len(params))
-    lines = [f"{name} = ctx.{name}" for name in params if name in _used_names(fn.backward)]
+    lines = [f"{name} = ctx.{ctx_name(name)}" for name in params if name in _used_names(fn.backward)]
     if fn.values:  # gradients are not materialized: a cotangent of an unused output arrives as None
         anchor = fn.differentiable_inputs[0]
         lines += [f"{c} = _zeros_if_none({c}, {anchor})" for c in fn.cotangents]
@@ -456,7 +472,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         # the output passed on as a value is detached: the next level returns no gradient for it, and
         # an edge back to this Function would only make autograd run it again on zeros
         passed = [f"{name}.detach()" if name in fn.differentiable_outputs else name for name in nxt.inputs]
-        args = ", ".join([*passed, *(f"ctx.{name}" for name in params)])
+        args = ", ".join([*passed, *(f"ctx.{ctx_name(name)}" for name in params)])
         level = plan.local("level")
         lines.append(f"{level} = {_compile_choice(nxt)}")
         grads = nxt.differentiable_outputs

@@ -250,6 +250,42 @@ def _one_minus_square(add):
     return None
 
 
+class Sech2(sympy.Function):
+    """Sech2(y) = 1 - y**2 for y = tanh(u), a rounded tanh: sech(u)**2, the derivative of tanh(u).
+
+    Times a tensor the printer writes it as torch's fused ``tanh_backward(g, y)``, one kernel where
+    ``g*(1 - y)*(1 + y)`` takes four, and what autograd itself runs for tanh (its derivatives are
+    torch ops too). For a rounded y, 1 - y*y is within 1.5 times the error of (1 - y)*(1 + y): y's
+    own rounding dominates both near |y| = 1. Alone it prints as that product.
+    """
+
+    nargs = 1
+    recomputed = True  # a product, recomputed where needed rather than passed down (symbolic.reused_calls)
+
+    @classmethod
+    def eval(cls, y):
+        return 1 - y**2 if y.is_Number else None
+
+    def _eval_derivative(self, symbol):
+        (y,) = self.args
+        return -2 * y * y.diff(symbol)
+
+    def _eval_is_real(self):
+        return self.args[0].is_real
+
+
+def _tanh_square(add):
+    """(c, tanh(u)) when ``add`` is c*(1 - tanh(u)**2), else None."""
+    found = _one_minus_square(add)
+    return found if found is not None and isinstance(found[1], sympy.tanh) else None
+
+
+# 1 - tanh(u)**2 -> Sech2(tanh(u)): printed with its cotangent as torch's tanh_backward.
+sech2_opt = ReplaceOptim(
+    lambda e: e.is_Add and _tanh_square(e) is not None,
+    lambda e: _tanh_square(e)[0] * Sech2(_tanh_square(e)[1]),
+)
+
 # 1 - u**2 -> (1 - u)*(1 + u): exact near u = +-1, where asin, acos and atanh need it most.
 difference_of_squares_opt = ReplaceOptim(
     lambda e: e.is_Add and _one_minus_square(e) is not None,
@@ -291,6 +327,7 @@ RULES = (
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
+    ("sech2", sech2_opt),
     ("difference_of_squares", difference_of_squares_opt),
 )
 
@@ -365,4 +402,4 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "identity", "for_differentiation", "RULES", "expm1", "log1p", "logaddexp", "hypot"]
+__all__ = ["stabilize", "identity", "for_differentiation", "RULES", "Sech2", "expm1", "log1p", "logaddexp", "hypot"]

@@ -428,3 +428,19 @@ def test_spec_names_that_the_generated_code_uses_elsewhere(tmp_path, name):
     for rel, source in files.items():
         compile(source, rel, "exec")
     _check_value(import_built(tmp_path, files, name), name)
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+def test_a_param_named_like_a_ctx_attribute_does_not_replace_it(tmp_path, strategy):
+    """Params are kept on ctx; ctx.apply = 0.5 or ctx.saved_tensors = 0.5 would break backward."""
+    names = ["apply", "saved_tensors", "needs_input_grad", "name", "metadata"]
+    expr = " + ".join(f"{name} * sin({i + 1} * x)" for i, name in enumerate(names))
+    params = ", ".join(f"{name}: {0.1 * (i + 1)}" for i, name in enumerate(names))
+    spec = f"name: ctxnames\nexpr: {expr}\ninputs: [x]\nparams: {{{params}}}\norder: 2\nstrategy: {strategy}\n"
+    module = import_built(tmp_path, generate(tmp_path, spec, "ctxnames.yaml"), "ctxnames")
+    x = sample((4,), -1, 1, seed=1)
+
+    def ref(x):
+        return sum(0.1 * (i + 1) * torch.sin((i + 1) * x) for i in range(len(names)))
+
+    assert_chains_close(derivative_chain(module.ctxnames, [x], 3, seed=2), derivative_chain(ref, [x], 3, seed=2))

@@ -30,6 +30,8 @@ CASES = {
     "absorb_exp_into_sigmoid": [("exp(-x)/(1 + exp(-x))**2", "torch.sigmoid(-x)*torch.sigmoid(x)")],
     "one_minus_sigmoid": [("1 - sigmoid(x)", "torch.sigmoid(-x)"), ("sigmoid(y) - 1", "-torch.sigmoid(-y)")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
+    "sech2": [("y*(1 - tanh(x)**2)", "torch.ops.aten.tanh_backward(y, torch.tanh(x))"),
+              ("1 - tanh(x)**2", "(1 - torch.tanh(x))*(torch.tanh(x) + 1)")],
     "difference_of_squares": [("1/(1 - x**2)", "(1 - x)*(x + 1)"), ("1/(y**2 - 1)", "(1 - y)*(y + 1)")],
     "hypot": [("sqrt(x**2 + y**2)", "torch.hypot(x, y)"), ("x/(x**2 + y**2)**(3/2)", "torch.hypot(x, y)**3")],
 }
