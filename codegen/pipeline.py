@@ -253,8 +253,9 @@ def render_support(template: str, specs_path: str, digest: str,
     return seal(render(template, specs_path, digest, line_length))
 
 
-def plan_spec(spec: Spec, rewrite: bool = True):
-    """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use)."""
+def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
+    """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use); with
+    ``check_domain``, a spec not finite on its domain is refused first (domain.py)."""
     from .branches import guard
     from .expr import ExprError, parse_expr
     from .memory import excess
@@ -265,7 +266,27 @@ def plan_spec(spec: Spec, rewrite: bool = True):
         expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
     except ExprError as exc:
         raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-    return make_plan(spec, guard(expr, spec), stabilize if rewrite else identity, accept=excess)
+    guarded = guard(expr, spec)
+    checked = not check_domain or _domain_checked(spec, guarded)
+    plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=excess)
+    if not checked:
+        from . import domain
+
+        domain.check(spec, guarded)
+    return plan
+
+
+def _domain_checked(spec: Spec, expr) -> bool:
+    """Refuse a spec not finite on its domain before auto's memory bound runs the candidates' code
+    there (0**x: a NaN gradient); False where the check's own derivatives meet a limit first, so
+    that planning reports the limit for every strategy it tries, and the check runs after it."""
+    from . import domain
+
+    try:
+        domain.check(spec, expr)
+    except bounds.LimitExceeded:
+        return False
+    return True
 
 
 def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bounds.DEFAULT) -> dict[str, str]:
@@ -286,8 +307,7 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
 
     try:
         with bounds.enforced(limits):
-            plan = plan_spec(spec, rewrite)
-            domain.check(spec, plan.expr)
+            plan = plan_spec(spec, rewrite, check_domain=True)
             digest = spec.digest(__version__, rewrite)
             return {f"{spec.name}.py": render_module(plan, digest),
                     f"tests/test_{spec.name}.py": render_tests(plan, digest)}, plan.notes

@@ -44,7 +44,14 @@ class TorchPrinter(PythonCodePrinter):
         # its inner part is assigned to a temporary of that name first (``take_hoisted``)
         self.name_for = name_for
         self.hoisted: list[tuple[str, str]] = []
+        self.masks: dict[sympy.Symbol, sympy.Basic] = {}  # temporaries that hold conditions -> their definitions
         self._hoisted_names: dict[str, str] = {}
+
+    def _module_format(self, fqn, register=True):
+        """As SymPy's; a ``math.`` name (``math.nan`` for 0*log(0)) makes the module import math."""
+        if fqn.startswith("math."):
+            self.uses_math = True
+        return super()._module_format(fqn, register)
 
     def take_hoisted(self) -> list[str]:
         """The assignments the last ``doprint`` needs before its line (each once), and forget them."""
@@ -375,12 +382,20 @@ class TorchPrinter(PythonCodePrinter):
         return f"torch.full_like({like}, {self._print(value)})"
 
     def _tensor_of(self, cond) -> str:
-        """A tensor the condition compares, to give a branch of floats its dtype and device."""
+        """A tensor the condition compares, to give a branch of floats its dtype and device; a mask
+        held in a temporary (``masks``: its definition) by the tensors its definition compares."""
+        cond = self._resolved(cond)
         return self._print(min((s for s in cond.free_symbols if s in self.tensors), key=lambda s: s.name))
+
+    def _resolved(self, cond):
+        """``cond`` with each mask temporary replaced by its definition."""
+        while cond.free_symbols & set(self.masks):
+            cond = cond.xreplace(self.masks)
+        return cond
 
     def _print_Guard(self, expr):
         value, taken, safe = expr.args
-        side = expr.clamp_side()
+        side = expr.func(value, self._resolved(taken), safe).clamp_side()  # the mask's definition: x <= k
         if side and (self.scalar_keywords or not safe.free_symbols):
             return f"torch.clamp({self._print(value)}, {side}={self._print(safe)})"
         return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
@@ -389,9 +404,10 @@ class TorchPrinter(PythonCodePrinter):
         """``value * (taken)``: the mask is a bool tensor, which the product promotes to the value's
         dtype; a mask of numbers (``Masked(1, taken)``) takes the dtype of a tensor it compares."""
         value, taken = expr.args
+        mask = self._print(taken) if taken.is_Symbol else f"({self._print(taken)})"  # a mask temporary, or a condition
         if not self.is_tensor(value):
-            return f"({self._print(taken)}).to({self._tensor_of(taken)}.dtype)"
-        return f"{self.parenthesize(value, PRECEDENCE['Mul'], strict=True)} * ({self._print(taken)})"
+            return f"{mask}.to({self._tensor_of(taken)}.dtype)"
+        return f"{self.parenthesize(value, PRECEDENCE['Mul'], strict=True)} * {mask}"
 
     def _print_Relational(self, expr):
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]

@@ -305,7 +305,10 @@ def _block_printer(block: Block, tensors_in_scope, fold_sums: bool = True, scale
     for name, value in block.temporaries:
         if any(str(s) in names for s in value.free_symbols):
             names.add(name)
-    return TorchPrinter(names, fold_sums=fold_sums, scaled_last=scaled_last)
+    printer = TorchPrinter(names, fold_sums=fold_sums, scaled_last=scaled_last)
+    printer.masks = {sympy.Symbol(name, real=True): value for name, value in block.temporaries
+                     if isinstance(value, sympy.logic.boolalg.Boolean) and not isinstance(value, sympy.Expr)}
+    return printer
 
 
 def _typed_signature(spec) -> str:

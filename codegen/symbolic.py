@@ -234,23 +234,10 @@ class SumTerm:
 def common_subexpressions(exprs: list[sympy.Expr]):
     """SymPy's CSE with canonical ordering, so output does not depend on hashing.
 
-    Conditions (x > 0, and/or of them) are not made temporaries: each stays written where it is
-    used, so that a branch of numbers can take its dtype from a tensor the condition compares
-    (printer.py ``_print_Piecewise``), and a temporary always holds a number."""
-    replacements, reduced = sympy.cse(exprs, symbols=sympy.numbered_symbols("_cse"), order="canonical")
-    conditions = {}
-    kept = []
-    for symbol, value in replacements:
-        value = value.xreplace(conditions) if conditions else value
-        if isinstance(value, sympy.logic.boolalg.Boolean) and not isinstance(value, sympy.Expr):
-            conditions[symbol] = value
-        else:
-            kept.append((symbol, value))
-    if conditions:
-        reduced = [e.xreplace(conditions) for e in reduced]
-    return kept, reduced
-
-
+    A condition used twice (``x > 0`` in a guard and in the choice it guards) is a temporary like
+    any other: one mask, computed once and saved once by autograd. The printer reads a mask's
+    definition where it needs a tensor the condition compares (printer.py ``_tensor_of``)."""
+    return sympy.cse(exprs, symbols=sympy.numbered_symbols("_cse"), order="canonical")
 
 
 def power_ladders(exprs: list[sympy.Expr], scalars) -> list[tuple[sympy.Pow, sympy.Dummy, sympy.Expr]]:

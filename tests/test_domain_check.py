@@ -151,3 +151,15 @@ def test_a_float_overflow_on_the_way_to_a_finite_value_is_not_refused(tmp_path):
     assert _problems(tmp_path, _spec("tanh(x*y)", "{x: [-1e300, 1e300]}", inputs="[x, y]")) == []
     (problem,) = _problems(tmp_path, _spec("exp(x)", "{x: [0, 1000]}"))
     assert "domain: exp(x) is not finite for x in" in problem
+
+
+def test_a_spec_with_no_finite_derivative_is_refused_before_auto_runs_its_candidates(tmp_path):
+    """0**x has the derivative 0**x*log(0), NaN everywhere: the memory bound ran the candidates'
+    code on the domain before the domain check and stopped with an internal error (a float NaN
+    returned as a gradient). The fuzz test found it; now the domain line says what is wrong."""
+    from codegen.errors import SpecErrors
+    from helpers import build_spec
+
+    with pytest.raises(SpecErrors) as raised:
+        build_spec(tmp_path, name="zp", expr="0 ** x", inputs=["x"], order=2)
+    assert "is not finite" in str(raised.value)

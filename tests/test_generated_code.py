@@ -259,3 +259,22 @@ def test_the_checks_catch_the_tutorials_counter_example_and_pass_dbgens_sinh():
     torch.testing.assert_close(bad[1][0], expected[1][0])  # first order looks right...
     assert not torch.allclose(bad[2][0], expected[2][0])  # ...the second is silently wrong
     torch.testing.assert_close(good[2][0], expected[2][0], rtol=1e-7, atol=1e-10)
+
+
+def test_functions_skip_apply_argument_binding_outside_transforms_and_not_inside(monkeypatch):
+    """Function.apply runs inspect.signature on every call (half a Function's overhead); the
+    generated classes do not, and give the same derivatives; under torch.func transforms they go
+    through Function.apply, which the transforms need."""
+    module = import_path(ROOT / "generated" / "mish.py")
+    x = sample((5,), -2, 2, seed=3).requires_grad_()
+    expected = derivative_chain(module.mish, [x], 3, seed=1)
+    calls = []
+    original = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda f, *a, **k: calls.append(f) or original(f, *a, **k))
+    actual = derivative_chain(module.mish, [x], 3, seed=1)
+    assert not calls, "Function.apply's binding ran"
+    for a, e in zip([actual[0], *(g for gs in actual[1:] for g in gs)], [expected[0], *(g for gs in expected[1:] for g in gs)]):
+        torch.testing.assert_close(a, e)
+    batched = torch.func.vmap(torch.func.grad(lambda v: module.mish(v).sum()))(x.detach()[None])
+    assert calls, "under vmap the generated Functions go through Function.apply"
+    torch.testing.assert_close(batched[0], torch.autograd.grad(module.mish(x).sum(), x)[0])

@@ -115,3 +115,22 @@ def _write_spec(text: str) -> Path:
     path = folder / "f.yaml"
     path.write_text(text)
     return path
+
+
+def test_a_condition_used_twice_is_one_mask_saved_once(tmp_path):
+    """Found by the property test: where(sin(x) > 0, lgamma(sin(x) + 0.5), x) evaluated sin(x) > 0 for
+    the guard and again for the choice, and autograd saved both masks: more bytes at W3 than the
+    hand-written double where, which computes the condition once."""
+    from helpers import build_spec
+
+    module = build_spec(tmp_path, name="prop", expr="where(sin(x) > 0, lgamma(sin(x) + 0.5), x)", inputs=["x"],
+                        order=2, domain={"x": [-1.5, 1.5]})
+    spec = spec_of(tmp_path / "specs" / "prop.yaml")
+
+    def double_where(x):  # as test_properties' reference writes a branch: its argument guarded
+        u = torch.sin(x)
+        taken = u > 0
+        return torch.where(taken, torch.lgamma(torch.where(taken, u, 1.0) + 0.5), x)
+
+    ours, theirs = saved(module.prop, spec), saved(double_where, spec)
+    assert ours[0] <= theirs[0] and ours[1] <= theirs[1], (module.STRATEGY, ours, theirs)

@@ -189,3 +189,11 @@ def test_xlogy_is_zero_where_x_is_zero(tmp_path):
     module = build_spec(tmp_path, name="xl", expr="xlogy(x, y)", inputs=["x", "y"], order=1,
                         domain={"x": [0.0, 2.0], "y": [0.5, 2.0]})
     assert module.xl(torch.zeros(1, dtype=torch.float64), torch.zeros(1, dtype=torch.float64)).item() == 0.0
+
+
+def test_a_special_function_of_a_constant_that_sympy_cannot_make_a_float_stays_symbolic():
+    """SymPy asks a special function of acos(tanh(1)/2) whether it is positive, by evalf; mpmath
+    was given the unevaluated argument and raised (found by the memory property test)."""
+    expr = parse_expr("abs(bessel_j0(acos(tanh(1)/2))) * x", ("x",), ())
+    value = float(expr.subs(sympy.Symbol("x", real=True), 1).evalf(30))
+    assert value == pytest.approx(float(mpmath.besselj(0, mpmath.acos(mpmath.tanh(1) / 2))), rel=1e-12)
