@@ -26,7 +26,6 @@ branches per element (8.3 products on a random mask, 1.2 on a sorted one; ``tool
 from __future__ import annotations
 
 import sympy
-
 from sympy.printing.precedence import PRECEDENCE
 
 from .errors import SpecErrors
