@@ -38,34 +38,53 @@ _NICE = (1.0, 0.5, 2.0, -1.0, -0.5, -2.0, 0.25, 4.0, -0.25, -4.0, 0.1, 10.0, -10
 
 
 class Guard(sympy.Function):
-    """Guard(x, taken, safe): ``x`` where ``taken`` holds, else ``safe`` (``torch.where``).
-
-    Where ``taken`` bounds ``x`` by ``safe`` (x <= k, x < k with safe k; or >=, >), the guard is
-    ``x`` clamped to ``safe``, one ``torch.clamp`` (``clamp_side``)."""
+    """Guard(x, taken, safe): ``x`` where ``taken`` holds, else ``safe`` (``torch.where``)."""
 
     nargs = 3
-
-    @property
-    def recomputed(self) -> bool:
-        """A clamp is recomputed where needed rather than saved (symbolic.reused_calls)."""
-        return self.clamp_side() is not None
-
-    def clamp_side(self) -> str | None:
-        """"max" where the guard is ``torch.clamp(x, max=safe)``, "min" for ``min=safe``, else None."""
-        value, taken, safe = self.args
-        if not isinstance(taken, sympy.core.relational.Relational) or taken.rel_op not in ("<", "<=", ">", ">="):
-            return None
-        if taken.rhs == value:
-            taken = taken.reversed
-        if taken.lhs != value or taken.rhs != safe:
-            return None
-        return "max" if taken.rel_op in ("<", "<=") else "min"
+    side = None  # ClampBelow's and ClampAbove's torch.clamp keyword
+    recomputed = False  # a where is passed down to later levels; a clamp is recomputed (symbolic.reused_calls)
 
     def _eval_derivative(self, symbol):
         return self.args[0].diff(symbol)
 
     def _eval_is_real(self):
         return self.args[0].is_real
+
+
+class ClampBelow(Guard):
+    """A guard whose ``taken`` is x <= k or x < k and ``safe`` is k: ``torch.clamp(x, max=k)``.
+
+    The kind is a class, not read off ``taken`` when printed: CSE may have made ``taken`` a mask
+    temporary by then (``x_gt_0``), and the cost model sees the same CSE'd formulas."""
+
+    side = "max"
+    recomputed = True
+
+
+class ClampAbove(Guard):
+    """A guard whose ``taken`` is x >= k or x > k and ``safe`` is k: ``torch.clamp(x, min=k)``."""
+
+    side = "min"
+    recomputed = True
+
+
+def clamp_side(x: sympy.Expr, taken, k: sympy.Expr) -> str | None:
+    """"max" where ``taken`` is x <= k or x < k, "min" where it is x >= k or x > k, else None."""
+    if not isinstance(taken, sympy.core.relational.Relational) or taken.rel_op not in ("<", "<=", ">", ">="):
+        return None
+    if taken.rhs == x:
+        taken = taken.reversed
+    if taken.lhs != x or taken.rhs != k:
+        return None
+    return "max" if taken.rel_op in ("<", "<=") else "min"
+
+
+_CLAMPS = {"max": ClampBelow, "min": ClampAbove}
+
+
+def _guarded_input(x: sympy.Symbol, taken, safe: sympy.Expr) -> Guard:
+    """The guard of ``x``: a clamp where ``safe`` is the bound ``taken`` puts on it."""
+    return _CLAMPS.get(clamp_side(x, taken, safe), Guard)(x, taken, safe)
 
 
 class Masked(sympy.Function):
@@ -161,7 +180,7 @@ def _guard_branch(value: sympy.Expr, taken, inputs, spec, masked: bool) -> sympy
     if not used or taken == sympy.true or (not masked and _finite_everywhere(value, used)):
         return value
     safe = safe_point(value, used, spec, taken)
-    return value.xreplace({s: Guard(s, taken, v) for s, v in zip(used, safe)})
+    return value.xreplace({s: _guarded_input(s, taken, v) for s, v in zip(used, safe)})
 
 
 # Functions that are finite, and so are all their derivatives, wherever their argument is finite.
@@ -194,7 +213,7 @@ def safe_point(value: sympy.Expr, used, spec, taken=None) -> tuple[sympy.Expr, .
         return (bound,)
     candidates = []
     if bound is not None:
-        inward = -1 if Guard(used[0], taken, bound).clamp_side() == "max" else 1
+        inward = -1 if clamp_side(used[0], taken, bound) == "max" else 1
         moved = [bound + inward * sympy.nsimplify(step) for step in _NICE if step > 0]
         candidates = [(sympy.Float(v) if v.is_Number else v,) for v in moved]
     candidates += [(sympy.Float(v),) * len(used) for v in _NICE]
@@ -229,7 +248,7 @@ def _bound(taken, used, inputs) -> sympy.Expr | None:
         return None
     (x,) = used
     for other in (taken.lhs, taken.rhs):
-        if not other.free_symbols & inputs and Guard(x, taken, other).clamp_side():
+        if not other.free_symbols & inputs and clamp_side(x, taken, other):
             return other
     return None
 

@@ -118,7 +118,7 @@ def _branch_cost(node: sympy.Expr, scalars) -> tuple[float, float]:
     if isinstance(node, Masked):
         return (MASK_PRODUCT, MASK_PRODUCT) if not node.args[0].free_symbols <= scalars else (MASK_NUMBERS, 0.0)
     if isinstance(node, Guard):  # a clamp's backward is a where on its mask, as a where's
-        return (SCALAR_OP if node.clamp_side() else WHERE), WHERE
+        return (SCALAR_OP if node.side else WHERE), WHERE
     choices = len(node.args) - 1  # a choice on params is made in Python: the condition holds no tensor
     if all(arg.cond.free_symbols <= scalars for arg in node.args):
         return 0.0, 0.0

@@ -46,13 +46,16 @@ def _guard(x, taken, safe):
     return x if taken else safe  # branches.Guard, on one point
 
 
+_GUARDS = {name: _guard for name in ("Guard", "ClampBelow", "ClampAbove")}  # branches.Guard and its clamps
+
+
 @functools.cache
 def _functions() -> dict:
     """The functions ``math`` lacks, by name, for lambdify: the special functions (special.py) by
     torch's ops on floats (torch is imported as the build imports it, signals held) and mpmath."""
     write.import_torch()
     return {
-        "sigmoid": _sigmoid, "softplus": _softplus, "Guard": _guard,
+        "sigmoid": _sigmoid, "softplus": _softplus, **_GUARDS,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
         **special.FLOAT_VALUES,
     }
@@ -63,7 +66,7 @@ UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises o
 # mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
-                    "Guard": _guard, **{cls.__name__: cls.exact for cls in special.ALL},
+                    **_GUARDS, **{cls.__name__: cls.exact for cls in special.ALL},
                     "xlogy": lambda x, y: 0 if x == 0 else x * mpmath.log(y)}
 
 

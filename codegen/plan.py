@@ -714,7 +714,7 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
         return None
     if value.is_Symbol:
         return value.name
-    if type(value).__name__ == "Guard":  # branches.Guard: the input, or a safe value where the branch is not taken
+    if isinstance(value, branches.Guard):  # the input, or a safe value where the branch is not taken
         inner = _describe_rec(value.args[0], depth + 1)
         return f"safe_{inner}" if inner else None
     if type(value).__name__ == "Masked":  # branches.Masked: a value where its branch is taken, else 0

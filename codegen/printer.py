@@ -384,21 +384,19 @@ class TorchPrinter(PythonCodePrinter):
     def _tensor_of(self, cond) -> str:
         """A tensor the condition compares, to give a branch of floats its dtype and device; a mask
         held in a temporary (``masks``: its definition) by the tensors its definition compares."""
-        cond = self._resolved(cond)
-        return self._print(min((s for s in cond.free_symbols if s in self.tensors), key=lambda s: s.name))
-
-    def _resolved(self, cond):
-        """``cond`` with each mask temporary replaced by its definition."""
         while cond.free_symbols & set(self.masks):
             cond = cond.xreplace(self.masks)
-        return cond
+        return self._print(min((s for s in cond.free_symbols if s in self.tensors), key=lambda s: s.name))
 
     def _print_Guard(self, expr):
         value, taken, safe = expr.args
-        side = expr.func(value, self._resolved(taken), safe).clamp_side()  # the mask's definition: x <= k
+        side = expr.side  # branches.ClampBelow, ClampAbove
         if side and (self.scalar_keywords or not safe.free_symbols):
             return f"torch.clamp({self._print(value)}, {side}={self._print(safe)})"
         return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
+
+    # SymPy looks a Function's printer up by its own class name (or a base ending in "Base")
+    _print_ClampBelow = _print_ClampAbove = _print_Guard
 
     def _print_Masked(self, expr):
         """``value * (taken)``: the mask is a bool tensor, which the product promotes to the value's
@@ -468,6 +466,8 @@ class LanguagePrinter(StrPrinter):
 
     def _print_Guard(self, expr):
         return self._print(expr.args[0])
+
+    _print_ClampBelow = _print_ClampAbove = _print_Guard  # branches.Guard's clamps
 
     def _print_Masked(self, expr):
         value, taken = expr.args

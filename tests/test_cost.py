@@ -141,14 +141,16 @@ def _guarded_plan(expr: str, **kwargs):
 def test_branches_cost_what_torch_where_costs_on_a_random_mask():
     """torch.where's CPU kernel branches per element (8.3 products); a product with the mask, a
     clamp and a comparison cost a fraction of it (tools/op_weights.py)."""
-    from codegen.branches import Guard, Masked
+    from codegen.branches import ClampBelow, Guard, Masked
 
     choice = sympy.Piecewise((sympy.exp(x), x > 0), (y, True))
     assert cost.block_cost([choice], set())[0] == pytest.approx(cost.WHERE + cost.COMPARE + 0.8)
     masked = Masked(sympy.exp(Guard(x, x > 0, 1.0)), x > 0)
-    clamp = Guard(x, x <= 0, sympy.S.Zero)
+    clamp = ClampBelow(x, x <= 0, sympy.S.Zero)
     assert cost._node_cost(masked, set())[0] == cost.MASK_PRODUCT < cost.WHERE / 3
     assert cost._node_cost(clamp, set())[0] == cost.SCALAR_OP
+    mask = sympy.Symbol("x_le_0", real=True)  # CSE made the condition a mask temporary: still a clamp
+    assert cost._node_cost(ClampBelow(x, mask, sympy.S.Zero), set())[0] == cost.SCALAR_OP
     assert cost._node_cost(Guard(x, x > 0, 1.0), set())[0] == cost.WHERE
     assert cost._node_cost(sympy.Piecewise((x, a > 0), (y, True)), {a}) == (0.0, 0.0)  # chosen in Python
 
