@@ -15,6 +15,7 @@ better of native and composed and says which of issue 15's targets hold.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 import time
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from codegen import bench
 
 from . import functions, measure, workloads
 from .functions import COMPOSED, DBGEN, FUSE, NATIVE
@@ -121,7 +124,7 @@ def run_case(workload: str, family: functions.Family, size: int, dtype: torch.dt
     steps = {label: (lambda fn=fn: case.step(fn)) for label, fn in family.variants.items()}
     reference = steps[COMPOSED]()
     disagreement = max(measure.disagreement(step(), reference) for step in steps.values())
-    seconds = measure.times(steps, repeats)
+    seconds = bench.median_times(steps, repeats)  # dbgen bench's clock: interleaved, after a warm-up
     measured = {
         label: measure.Measured(seconds[label], measure.saved_bytes(step, case.tensors), measure.peak_bytes(step))
         for label, step in steps.items()
@@ -197,7 +200,7 @@ def _targets(rows: list[Row]) -> list[str]:
         ("fuse never slower than eager",
          [r for r in rows if FUSE in r.measured and r.measured[FUSE].seconds > r.measured[DBGEN].seconds]),
     ]
-    mean = measure.geometric_mean(r.ratio(DBGEN) for r in steps)
+    mean = bench.geometric_mean([r.ratio(DBGEN) for r in steps]) if steps else math.nan
     lines = ["## Targets (issue 15)", "", "| target | holds | misses |", "|---|---|---|"]
     for text, misses in checks:
         lines.append(f"| {text} | {'yes' if not misses else 'no'} | "

@@ -13,6 +13,7 @@ Every variant takes the spec's inputs positionally: ``act(x)``, ``adaptive_tanh(
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,9 +45,16 @@ class Family:
     strategy: str  # what auto chose for the eager dbgen variant
 
 
+@functools.cache
+def spec_of(name: str):
+    """``benchmarks/specs/NAME.yaml``, loaded and validated once."""
+    (spec,) = [s for s in bench.load_specs(SPECS) if s.name == name]
+    return spec
+
+
 def load_family(name: str, workdir: Path, variants=VARIANTS) -> Family:
     """Generate ``benchmarks/specs/NAME.yaml`` (eager, and fused when asked) into ``workdir``."""
-    (spec,) = [s for s in bench.load_specs(SPECS) if s.name == name]
+    spec = spec_of(name)
     eager = bench.make_subject(spec, ["auto"], workdir / "eager")
     found = {c.label: c.fn for c in eager.candidates}
     chosen = {COMPOSED: found[bench.COMPOSED], DBGEN: found["auto"]}

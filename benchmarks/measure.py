@@ -1,8 +1,8 @@
-"""What the suite measures of one step: time, bytes saved for backward, peak memory, agreement."""
+"""What the suite measures of one step beyond its time (``dbgen bench``'s clock): bytes saved for
+backward, peak memory, agreement."""
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +12,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from codegen import bench
-from codegen.memory import saved_storages
 
 
 @dataclass(frozen=True)
@@ -22,17 +21,10 @@ class Measured:
     peak_bytes: int
 
 
-def times(steps: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds per step of each variant, interleaved (``dbgen bench``'s clock)."""
-    return bench.median_times(steps, repeats)
-
-
 def saved_bytes(step: Callable[[], object], own: list[torch.Tensor]) -> int:
     """Bytes of the unique storages autograd saves during the step, the case's own data and
     parameters left out (they exist whatever the function)."""
-    exclude = {t.untyped_storage().data_ptr() for t in own}
-    storages, _ = saved_storages(step)
-    return sum(n for ptr, n in storages.items() if ptr and ptr not in exclude)
+    return bench.saved_bytes(step, {t.untyped_storage().data_ptr() for t in own})[0]
 
 
 class PeakMemory(TorchDispatchMode):
@@ -89,8 +81,3 @@ def _flat(result) -> list[torch.Tensor]:
 def tolerance(dtype: torch.dtype) -> float:
     """Relative agreement asked of every variant: float32 rounding through a few hundred ops."""
     return 1e-3 if dtype == torch.float32 else 1e-9
-
-
-def geometric_mean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan

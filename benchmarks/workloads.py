@@ -162,10 +162,9 @@ def wgan(function: str, batch: int, dtype: torch.dtype, seed: int = 0) -> Case:
 def sweep(function: str, size: int, dtype: torch.dtype, seed: int = 0) -> Case:
     """One W3 of the function on ``size`` elements: its gradients with create_graph, then theirs.
     The 'loss' is the sum of the second-order gradients (as bench contracts them with cotangents)."""
-    from .functions import SPECS
+    from .functions import spec_of
 
-    (spec,) = [s for s in bench.load_specs(SPECS) if s.name == function]
-    inputs = bench.make_inputs(spec, size, dtype, seed)
+    inputs = bench.make_inputs(spec_of(function), size, dtype, seed)
 
     def step(fn):
         grads = bench.derivatives(fn, inputs, 2)
