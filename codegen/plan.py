@@ -23,7 +23,7 @@ from .spec import Spec
 # they start with "_", which no spec name and no Namer name does.
 _MODULE_NAMES = {"torch", "math", "ctx", "ORDER", "STRATEGY", "FUSE"}
 # Local names of the generated code's own, allocated first so that they avoid the spec's names.
-LOCALS = ("inputs", "output", "function", "level")
+LOCALS = ("inputs", "output", "function", "level", "needed")
 COMPILE_SUFFIX = "ForCompile"
 
 

@@ -53,6 +53,10 @@ class TorchPrinter(PythonCodePrinter):
             self.uses_math = True
         return super()._module_format(fqn, register)
 
+    def new_scope(self) -> None:
+        """Forget the hoisted temporaries: lines after this may run where those did not (an ``if``)."""
+        self._hoisted_names = {}
+
     def take_hoisted(self) -> list[str]:
         """The assignments the last ``doprint`` needs before its line (each once), and forget them."""
         lines = [f"{name} = {code}" for name, code in self.hoisted]

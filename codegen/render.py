@@ -495,10 +495,47 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     if fn.accumulations:
         lines += _accumulation_lines(fn, printer)
         return lines, ", ".join([*(grad for grad, _ in fn.accumulations), *nones])
-    lines += _block_lines(
-        fn.backward, printer, in_scope=(*fn.cotangents, *fn.saved), anchor=fn.cotangents[0], forward=False
-    )
+    in_scope = (*fn.cotangents, *fn.saved)
+    if len(fn.backward.results) > 1 and not plan.spec.fuse:
+        lines += _needed_lines(fn, plan.local("needed"), printer, in_scope)
+    else:
+        lines += _block_lines(fn.backward, printer, in_scope=in_scope, anchor=fn.cotangents[0], forward=False)
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
+
+
+def _needed_lines(fn: FunctionPlan, needed: str, printer: TorchPrinter, in_scope) -> list[str]:
+    """The backward block with each gradient computed only where this backward pass uses it.
+
+    As PyTorch's own derivatives do (``task_should_compute_output``): a force-matching loss
+    backpropagated to a potential's parameters needs no gradient for the distances. A temporary
+    only one gradient reads is computed under that gradient's ``if``.
+    """
+    block = fn.backward
+    readers = _readers(block)
+    names = [r.name for r in block.results]
+    lines = [f"{needed} = _needed(ctx)", f"{' = '.join(names)} = None"]
+    shared = [(name, value) for name, value in block.temporaries if len(readers[name]) > 1]
+    lines += _block_lines(Block(tuple(shared), ()), printer, in_scope, anchor=fn.cotangents[0], forward=False)
+    for position, result in enumerate(block.results):
+        own = [(name, value) for name, value in block.temporaries if readers[name] == {result.name}]
+        printer.new_scope()
+        body = _block_lines(Block(tuple(own), (result,)), printer, in_scope, anchor=fn.cotangents[0], forward=False)
+        lines.append(f"if {needed}[{fn.inputs.index(result.grad_of)}]:")
+        lines += [f"    {line}" for line in body]
+    printer.new_scope()
+    return lines
+
+
+def _readers(block: Block) -> dict[str, set[str]]:
+    """For each temporary, the results that read it, directly or through other temporaries."""
+    readers = {name: set() for name, _ in block.temporaries}
+    for result in block.results:
+        readers.update({s: readers[s] | {result.name} for s in map(str, result.expr.free_symbols) if s in readers})
+    for name, value in reversed(block.temporaries):
+        for symbol in map(str, value.free_symbols):
+            if symbol in readers:
+                readers[symbol] |= readers[name]
+    return readers
 
 
 def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
@@ -580,7 +617,7 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines += [line for view in views for kernel in view.kernels for line in kernel.lines]
     lines += [line for view in views for line in view.jvp_lines]
     text = "\n".join(lines)
-    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none")
+    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed")
                if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 

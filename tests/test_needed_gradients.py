@@ -1,0 +1,102 @@
+"""A generated backward computes only the gradients the running backward pass uses.
+
+Force matching backpropagates a loss on forces (-dE/dpositions, taken with create_graph) to the
+potential's parameters: the distances' gradient at that second pass is needed by nobody, and
+autograd through the composed formula never computes it. The generated last-level backward asks
+the engine (``_needed``) and skips it; the answers must stay those of autograd whatever subset of
+inputs a pass asks for, with leaves, non-leaves and ``.backward()`` alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from codegen.bench import count_ops
+from helpers import build_spec
+
+SPEC = dict(
+    name="pair",
+    expr="a * (b / r)**6 - exp(-a * r)",
+    inputs=["r", "a", "b"],
+    order=2,
+    domain={"r": [0.9, 2.5], "a": [0.5, 2.0], "b": [0.8, 1.2]},
+)
+STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested"]
+
+
+def composed(r, a, b):
+    return a * (b / r) ** 6 - torch.exp(-a * r)
+
+
+def _system(seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    positions = (torch.rand(12, 3, generator=generator, dtype=torch.float64) * 3).requires_grad_()
+    i, j = torch.triu_indices(12, 12, 1)
+    params = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in (1.3, 0.9)]
+    return positions, i, j, params
+
+
+def _force_loss(fn, positions, i, j, params):
+    r = (positions[i] - positions[j]).norm(dim=-1)
+    energy = fn(r, *params).sum()
+    (gradient,) = torch.autograd.grad(energy, positions, create_graph=True)
+    return gradient.pow(2).sum() + energy
+
+
+@pytest.fixture(scope="module", params=STRATEGIES)
+def module(request, tmp_path_factory):
+    return build_spec(tmp_path_factory.mktemp(request.param), **SPEC, strategy=request.param)
+
+
+@pytest.mark.parametrize("wanted", [(1,), (2,), (1, 2), (0,), (0, 1, 2)], ids=str)
+def test_a_pass_that_asks_for_some_inputs_gets_autograds_gradients(module, wanted):
+    positions, i, j, params = _system()
+    targets = [(positions, *params)[k] for k in wanted]
+    got = torch.autograd.grad(_force_loss(module.pair, positions, i, j, params), targets)
+    expected = torch.autograd.grad(_force_loss(composed, positions, i, j, params), targets)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_backward_without_inputs_fills_every_leaf(module):
+    positions, i, j, params = _system()
+    _force_loss(module.pair, positions, i, j, params).backward()
+    got = [t.grad for t in (positions, *params)]
+    positions, i, j, params = _system()
+    _force_loss(composed, positions, i, j, params).backward()
+    for g, t in zip(got, (positions, *params)):
+        torch.testing.assert_close(g, t.grad, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+def test_the_parameters_pass_skips_the_distances_gradient(tmp_path, strategy, monkeypatch):
+    module = build_spec(tmp_path, **SPEC, strategy=strategy)
+    positions, i, j, params = _system()
+
+    def ops_of_parameters_pass():
+        loss = _force_loss(module.pair, positions, i, j, params)
+        return count_ops(lambda: torch.autograd.grad(loss, params))
+
+    pruned = ops_of_parameters_pass()
+    monkeypatch.setattr(module, "_needed", lambda ctx: ctx.needs_input_grad)  # r requires grad: computed
+    assert pruned < ops_of_parameters_pass()
+
+
+def test_every_order_of_a_spec_with_unused_inputs_matches_autograd(tmp_path):
+    """Every subset of inputs at the last order, at order 3 (a nested chain of three levels)."""
+    module = build_spec(tmp_path, **{**SPEC, "order": 3}, strategy="nested")
+    generator = torch.Generator().manual_seed(1)
+    inputs = [(lo + (hi - lo) * torch.rand(5, generator=generator, dtype=torch.float64)).requires_grad_()
+              for lo, hi in SPEC["domain"].values()]
+    for subset in itertools.chain.from_iterable(itertools.combinations(range(3), k) for k in (1, 2)):
+        results = []
+        for fn in (module.pair, composed):
+            first = torch.autograd.grad(fn(*inputs).sum(), inputs, create_graph=True)
+            second = torch.autograd.grad(first[0].sum() + first[2].sum(), inputs, create_graph=True)
+            results.append(torch.autograd.grad(second[1].sum(), [inputs[k] for k in subset], allow_unused=True,
+                                               materialize_grads=True))
+        for g, e in zip(*results):
+            torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
