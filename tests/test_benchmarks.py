@@ -83,3 +83,20 @@ def test_the_report_states_every_target(tmp_path, capsys):
 def test_targets_without_pinn_or_force_rows_say_the_mean_is_not_measured():
     lines = suite._targets([])
     assert any(line.startswith("| geometric mean") and "| nan |" in line for line in lines)
+
+
+
+def test_step_ops_counts_what_each_variant_dispatches(tmp_path):
+    """tools/step_ops.py: a deterministic count, the same on every run, and the composed force step's
+    ops are those of its formula (a count that ignored the dispatch mode would be empty)."""
+    from tools.step_ops import step_ops
+
+    family = functions.load_family("lj", tmp_path, variants=(functions.COMPOSED,))
+    case = workloads.force("lj", 27, torch.float64)
+
+    def step():
+        return case.step(family.variants[functions.COMPOSED])
+
+    first = step_ops(step)
+    assert first == step_ops(step)
+    assert first["pow"] > 0 and first["index"] > 0
