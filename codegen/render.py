@@ -516,7 +516,7 @@ def _needed_lines(fn: FunctionPlan, needed: str, printer: TorchPrinter, in_scope
     lines = [f"{needed} = _needed(ctx)", f"{' = '.join(names)} = None"]
     shared = [(name, value) for name, value in block.temporaries if len(readers[name]) > 1]
     lines += _block_lines(Block(tuple(shared), ()), printer, in_scope, anchor=fn.cotangents[0], forward=False)
-    for position, result in enumerate(block.results):
+    for result in block.results:
         own = [(name, value) for name, value in block.temporaries if readers[name] == {result.name}]
         printer.new_scope()
         body = _block_lines(Block(tuple(own), (result,)), printer, in_scope, anchor=fn.cotangents[0], forward=False)
@@ -530,7 +530,9 @@ def _readers(block: Block) -> dict[str, set[str]]:
     """For each temporary, the results that read it, directly or through other temporaries."""
     readers = {name: set() for name, _ in block.temporaries}
     for result in block.results:
-        readers.update({s: readers[s] | {result.name} for s in map(str, result.expr.free_symbols) if s in readers})
+        for symbol in map(str, result.expr.free_symbols):
+            if symbol in readers:
+                readers[symbol].add(result.name)
     for name, value in reversed(block.temporaries):
         for symbol in map(str, value.free_symbols):
             if symbol in readers:
