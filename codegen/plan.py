@@ -717,7 +717,7 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
     if isinstance(value, branches.Guard):  # the input, or a safe value where the branch is not taken
         inner = _describe_rec(value.args[0], depth + 1)
         return f"safe_{inner}" if inner else None
-    if type(value).__name__ == "Masked":  # branches.Masked: a value where its branch is taken, else 0
+    if isinstance(value, branches.Masked):  # a value where its branch is taken, else 0
         return f"masked_{_part(value.args[0], depth)}"
     if isinstance(value, sympy.core.relational.Relational):
         left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) for side in (value.lhs, value.rhs))

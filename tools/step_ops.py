@@ -1,9 +1,9 @@
-"""ATen ops one training step of the workload suite dispatches, per variant: a count, not a time.
+"""ATen ops that run a kernel in one training step of the workload suite, per variant: a count, not a time.
 
     python tools/step_ops.py [--workloads force,pinn] [--functions lj,morse,...] [--dtype float32]
 
 Below about 2**14 elements an op costs its dispatch (2-4 us on this machine's CPU) more than its
-arithmetic, so a step's time follows this count: where dbgen dispatches more ops than autograd
+arithmetic, so a step's time follows this count: where dbgen runs more ops than autograd
 through the composed formula, it is slower at those sizes whatever the op mix. Each configuration
 runs the smallest size of ``python -m benchmarks``; counts do not depend on the size. Issue 15's
 closing note quotes it. Run from the repository root.
@@ -18,31 +18,21 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import functions, workloads  # noqa: E402
 from benchmarks.__main__ import FULL  # noqa: E402
-
-
-class OpsByName(TorchDispatchMode):
-    """The ATen ops that reach dispatch, by name (views and copies included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
+from codegen import bench  # noqa: E402
 
 
 def step_ops(step) -> Counter:
-    step()  # a warm-up: first calls may set up caches
-    with OpsByName() as mode:
+    """The ops that run a kernel in one step, by name (``dbgen bench``'s ``OpCounter``), after a
+    warm-up step: first calls may set up caches."""
+    step()
+    with bench.OpCounter() as counter:
         step()
-    return mode.ops
+    return counter.ops
 
 
 def main() -> None:
