@@ -85,6 +85,9 @@ class FunctionPlan:
     # autograd: their gradients are None), and the trailing outputs that are values for later levels
     constants: tuple[str, ...] = ()
     values: tuple[str, ...] = ()
+    # nested, a level after the first (not fused): its last argument says which of its gradients the
+    # caller's backward pass uses (``_needed``); the others it leaves out and returns as None
+    masked: bool = False
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -97,6 +100,11 @@ class FunctionPlan:
     @property
     def differentiable_inputs(self) -> tuple[str, ...]:
         return self.inputs[: len(self.inputs) - len(self.constants)]
+
+    @property
+    def gradient_of(self) -> tuple[str | None, ...]:
+        """For each output, the input of the level before whose gradient it is (None: a value)."""
+        return tuple(r.grad_of for r in self.forward.results)
 
 
 @dataclass(frozen=True)
@@ -270,7 +278,7 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
     bases = [camel] + [f"{camel}Level{k}" for k in range(1, levels)]
     classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
     if strategy == "nested":
-        functions = _nested(classes, expr, inputs, order, namer, stable)
+        functions = _nested(classes, expr, inputs, order, namer, stable, masked=not spec.fuse)
     else:
         functions = (_single_level(classes[0], strategy, expr, inputs, namer, stable),)
     params = frozenset(_symbols(spec.param_names))
@@ -465,7 +473,7 @@ class _Passing:
     values: tuple[Result, ...]
 
 
-def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[FunctionPlan, ...]:
+def _nested(classes, expr, inputs, order, namer: Namer, stable, masked: bool) -> tuple[FunctionPlan, ...]:
     """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
 
     Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
@@ -474,7 +482,8 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
     sigmoid(x)) is returned as a non-differentiable extra output and passed down as a constant
     (``_passed_values``): each is computed once. The last level's backward is the product again,
     in differentiable torch ops of its inputs alone: a constant would hide its dependence on x
-    from autograd at higher order.
+    from autograd at higher order. ``masked``: levels after the first compute only the gradients
+    the running backward pass uses.
     """
     chain = _nested_chain(expr, inputs, order, namer, stable)
     # jvp is written in the differentiable inputs alone, like the last backward: under reverse-over-
@@ -513,6 +522,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable) -> tuple[Functio
                 saved_for_forward=saved,
                 constants=passed.constants,
                 values=tuple(v.name for v in passed.values),
+                masked=masked and level > 0 and len(link.results) > 1,  # one gradient: always used
             )
         )
     return tuple(functions)

@@ -375,26 +375,31 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
     printer.scalar_keywords = not plan.spec.fuse
     printer.name_for = _fold_names(fn, plan)
     printers.append(printer)
-    forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
+    mask = [plan.local("needed")] if fn.masked else []
+    if fn.masked:
+        guards = {r.name: f"{r.grad_of!r} in {mask[0]}" for r in fn.forward.results if r.grad_of is not None}
+        forward_lines = _guarded_lines(fn.forward, guards, printer, in_scope=fn.inputs, forward=True)
+    else:
+        forward_lines = _block_lines(fn.forward, printer, in_scope=fn.inputs, anchor=fn.inputs[0], forward=True)
     backward_lines, backward_return = _backward(fn, plan, printers)
     outputs = fn.outputs
     needs_output = any(name in fn.saved for name in outputs)
     view = FunctionView(
         class_name=fn.class_name,
         summary=fn.summary,
-        args=", ".join([*fn.inputs, *params]),
+        args=", ".join([*fn.inputs, *params, *mask]),
         forward_lines=tuple(forward_lines),
         forward_return=", ".join(outputs),
-        input_unpack=_unpack_used([*fn.inputs, *params], {*fn.saved, *params}),
+        input_unpack=_unpack_used([*fn.inputs, *params, *mask], {*fn.saved, *params, *mask}),
         output_unpack=((_unpack_used(outputs, fn.saved) if len(outputs) > 1 else outputs[0]) if needs_output else None),
         saved=", ".join(fn.saved),
         saved_unpack=_unpack(fn.saved) if fn.saved else "",
-        ctx_lines=tuple(f"ctx.{ctx_name(name)} = {name}" for name in params) + _materialize_lines(fn),
+        ctx_lines=tuple(f"ctx.{ctx_name(name)} = {name}" for name in [*params, *mask]) + _materialize_lines(fn),
         compile_name=fn.compile_name,
         cotangents=", ".join([*fn.cotangents, *(f"_grad_{name}" for name in fn.values)]),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
-        **_jvp_fields(fn, params, printers),
+        **_jvp_fields(fn, params, mask, printers),
     )
     return _fuse(view, fn, params) if plan.spec.fuse else view
 
@@ -421,6 +426,8 @@ def _materialize_lines(fn: FunctionPlan) -> tuple[str, ...]:
                 "ctx.set_materialize_grads(False)  # no zero-filled gradients for the values")
     if fn.accumulations:
         return ("ctx.set_materialize_grads(False)  # unused outputs' gradients arrive as None",)
+    if fn.masked:
+        return ("ctx.set_materialize_grads(False)  # gradients left out (None) have no cotangent",)
     return ()
 
 
@@ -444,11 +451,11 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
     return dataclasses.replace(view, kernels=tuple(kernels), **changes)
 
 
-def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
+def _jvp_fields(fn: FunctionPlan, params, mask, printers: list[TorchPrinter]) -> dict:
     printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward], fold_sums=False)
     printers.append(printer)
-    lines = [f"{name} = ctx.{ctx_name(name)}" for name in params if name in _used_names(fn.jvp)]
-    if (fn.accumulations or fn.values) and len(fn.tangents) > 1:
+    lines = [f"{name} = ctx.{ctx_name(name)}" for name in [*params, *mask] if name in {*_used_names(fn.jvp), *mask}]
+    if (fn.accumulations or fn.values or fn.masked) and len(fn.tangents) > 1:
         # gradients are not materialized here, and neither are tangents: a non-dual input's is None
         lines.append(f"{_unpack(fn.tangents)} = _zero_missing(({_unpack(fn.tangents)}))")
     lines += _block_lines(fn.jvp, printer, in_scope=(*fn.tangents, *fn.saved_for_forward), anchor=fn.tangents[0],
@@ -457,17 +464,19 @@ def _jvp_fields(fn: FunctionPlan, params, printers: list[TorchPrinter]) -> dict:
         "saved_for_forward": ", ".join(fn.saved_for_forward),
         "saved_for_forward_unpack": _unpack_used(fn.saved_for_forward, _read_names(fn.jvp)) or "",
         "jvp_args": ", ".join([*fn.tangents, *(f"_tangent_{name}" for name in fn.constants),
-                               *(f"_{name}" for name in params)]),
+                               *(f"_{name}" for name in [*params, *mask])]),
         "jvp_lines": tuple(lines),
-        "jvp_return": ", ".join([*(r.name for r in fn.jvp.results), *("None" for _ in fn.values)]),
+        "jvp_return": ", ".join([*(f"{r.name} if {grad_of!r} in {mask[0]} else None" if mask else r.name
+                                   for r, grad_of in zip(fn.jvp.results, fn.gradient_of)),
+                                 *("None" for _ in fn.values)]),
     }
 
 
 def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     params = plan.spec.param_names
-    nones = ["None"] * (len(fn.constants) + len(params))
+    nones = ["None"] * (len(fn.constants) + len(params) + fn.masked)
     lines = [f"{name} = ctx.{ctx_name(name)}" for name in params if name in _used_names(fn.backward)]
-    if fn.values:  # gradients are not materialized: a cotangent of an unused output arrives as None
+    if fn.values or fn.masked:  # gradients are not materialized: an unused output's cotangent is None
         anchor = fn.differentiable_inputs[0]
         lines += [f"{c} = _zeros_if_none({c}, {anchor})" for c in fn.cotangents]
     if fn.next_level is not None:
@@ -475,7 +484,9 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         # the output passed on as a value is detached: the next level returns no gradient for it, and
         # an edge back to this Function would only make autograd run it again on zeros
         passed = [f"{name}.detach()" if name in fn.differentiable_outputs else name for name in nxt.inputs]
-        args = ", ".join([*passed, *(f"ctx.{ctx_name(name)}" for name in params)])
+        # the next level computes only the gradients this pass uses
+        mask = [f"_needed_gradients(ctx, {', '.join(map(repr, fn.differentiable_inputs))})"] if nxt.masked else []
+        args = ", ".join([*passed, *(f"ctx.{ctx_name(name)}" for name in params), *mask])
         level = plan.local("level")
         lines.append(f"{level} = {_compile_choice(nxt)}")
         grads = nxt.differentiable_outputs
@@ -497,30 +508,37 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         return lines, ", ".join([*(grad for grad, _ in fn.accumulations), *nones])
     in_scope = (*fn.cotangents, *fn.saved)
     if len(fn.backward.results) > 1 and not plan.spec.fuse:
-        lines += _needed_lines(fn, plan.local("needed"), printer, in_scope)
+        needed = plan.local("needed")
+        lines.append(f"{needed} = _needed_gradients(ctx, {', '.join(map(repr, fn.differentiable_inputs))})")
+        guards = {r.name: f"{r.grad_of!r} in {needed}" for r in fn.backward.results}
+        lines += _guarded_lines(fn.backward, guards, printer, in_scope, forward=False)
     else:
         lines += _block_lines(fn.backward, printer, in_scope=in_scope, anchor=fn.cotangents[0], forward=False)
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
 
 
-def _needed_lines(fn: FunctionPlan, needed: str, printer: TorchPrinter, in_scope) -> list[str]:
-    """The backward block with each gradient computed only where this backward pass uses it.
+def _guarded_lines(block: Block, guards: dict[str, str], printer: TorchPrinter, in_scope, forward: bool) -> list[str]:
+    """``block`` with each result named in ``guards`` computed only under its condition.
 
-    As PyTorch's own derivatives do (``task_should_compute_output``): a force-matching loss
-    backpropagated to a potential's parameters needs no gradient for the distances. A temporary
-    only one gradient reads is computed under that gradient's ``if``.
+    A gradient is computed only where the running backward pass uses it, as PyTorch's own
+    derivatives do (``task_should_compute_output``): a force-matching loss backpropagated to a
+    potential's parameters needs no gradient for the distances. A temporary only one guarded
+    result reads is computed under that result's ``if``; the results without a guard (values a
+    nested level passes on) are always computed.
     """
-    block = fn.backward
     readers = _readers(block)
-    names = [r.name for r in block.results]
-    lines = [f"{needed} = _needed(ctx)", f"{' = '.join(names)} = None"]
-    shared = [(name, value) for name, value in block.temporaries if len(readers[name]) > 1]
-    lines += _block_lines(Block(tuple(shared), ()), printer, in_scope, anchor=fn.cotangents[0], forward=False)
-    for result in block.results:
+    guarded = [r for r in block.results if r.name in guards]
+    always = [r for r in block.results if r.name not in guards]
+    anchor = in_scope[0]
+    lines = [f"{' = '.join(r.name for r in guarded)} = None"]
+    shared = [(name, value) for name, value in block.temporaries
+              if len(readers[name]) > 1 or readers[name] - set(guards)]
+    lines += _block_lines(Block(tuple(shared), tuple(always)), printer, in_scope, anchor, forward)
+    for result in guarded:
         own = [(name, value) for name, value in block.temporaries if readers[name] == {result.name}]
         printer.new_scope()
-        body = _block_lines(Block(tuple(own), (result,)), printer, in_scope, anchor=fn.cotangents[0], forward=False)
-        lines.append(f"if {needed}[{fn.inputs.index(result.grad_of)}]:")
+        body = _block_lines(Block(tuple(own), (result,)), printer, in_scope, anchor, forward)
+        lines.append(f"if {guards[result.name]}:")
         lines += [f"    {line}" for line in body]
     printer.new_scope()
     return lines
@@ -618,8 +636,9 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines = [line for view in views for line in (*view.forward_lines, *view.backward_lines)]
     lines += [line for view in views for kernel in view.kernels for line in kernel.lines]
     lines += [line for view in views for line in view.jvp_lines]
+    lines += [view.backward_return for view in views]
     text = "\n".join(lines)
-    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed")
+    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed_gradients")
                if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 

@@ -3,7 +3,7 @@
 Force matching backpropagates a loss on forces (-dE/dpositions, taken with create_graph) to the
 potential's parameters: the distances' gradient at that second pass is needed by nobody, and
 autograd through the composed formula never computes it. The generated last-level backward asks
-the engine (``_needed``) and skips it; the answers must stay those of autograd whatever subset of
+the engine (``_needed_gradients``) and skips it; the answers must stay those of autograd whatever subset of
 inputs a pass asks for, with leaves, non-leaves and ``.backward()`` alike.
 """
 
@@ -81,7 +81,10 @@ def test_the_parameters_pass_skips_the_distances_gradient(tmp_path, strategy, mo
         return count_ops(lambda: torch.autograd.grad(loss, params))
 
     pruned = ops_of_parameters_pass()
-    monkeypatch.setattr(module, "_needed", lambda ctx: ctx.needs_input_grad)  # r requires grad: computed
+    def required(ctx, *names):  # what ctx.needs_input_grad alone says: r requires grad, so computed
+        return frozenset(name for name, need in zip(names, ctx.needs_input_grad) if need)
+
+    monkeypatch.setattr(module, "_needed_gradients", required)
     assert pruned < ops_of_parameters_pass()
 
 
@@ -100,3 +103,60 @@ def test_every_order_of_a_spec_with_unused_inputs_matches_autograd(tmp_path):
                                                materialize_grads=True))
         for g, e in zip(*results):
             torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+
+
+SUBSETS = [subset for k in (1, 2, 3) for subset in itertools.combinations(range(3), k)]
+
+
+def _non_leaf_inputs(seed: int = 2):
+    """Inputs computed from leaves (as a PINN's activations are): the engine can tell which it needs."""
+    generator = torch.Generator().manual_seed(seed)
+    leaves = [(lo + (hi - lo) * torch.rand(5, generator=generator, dtype=torch.float64)).requires_grad_()
+              for lo, hi in SPEC["domain"].values()]
+    return [leaf * 1.0 for leaf in leaves]
+
+
+def _three_passes(fn, first_wrt, second_wrt):
+    """Gradients in ``first_wrt`` with create_graph, of their sum in ``second_wrt`` likewise, then
+    of that sum in every input: each nested level is applied with a different subset wanted."""
+    inputs = _non_leaf_inputs()
+    first = torch.autograd.grad(fn(*inputs).sum(), [inputs[k] for k in first_wrt], create_graph=True)
+    second = torch.autograd.grad(sum(g.sum() for g in first), [inputs[k] for k in second_wrt], create_graph=True,
+                                 allow_unused=True, materialize_grads=True)
+    return (*first, *second, *torch.autograd.grad(sum(g.sum() for g in second), inputs, allow_unused=True,
+                                                  materialize_grads=True))
+
+
+@pytest.fixture(scope="module")
+def order3(tmp_path_factory):
+    """The spec at order 3 under nested: a chain of three levels."""
+    return build_spec(tmp_path_factory.mktemp("order3"), **{**SPEC, "order": 3}, strategy="nested")
+
+
+@pytest.mark.parametrize("first_wrt", SUBSETS, ids=str)
+def test_nested_levels_compute_the_gradients_each_pass_wants(order3, first_wrt):
+    """A nested level receives the names of the gradients its caller's pass uses and leaves out the
+    rest: every pair of subsets at the first two orders, against autograd through the formula."""
+    for second_wrt in SUBSETS:
+        got = _three_passes(order3.pair, first_wrt, second_wrt)
+        expected = _three_passes(composed, first_wrt, second_wrt)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-10, atol=1e-12)
+
+
+def test_a_nested_level_leaves_out_gradients_nobody_uses(order3, monkeypatch):
+    """The first derivative in r alone (a force) does not compute the level's gradients in a, b."""
+
+    def ops_of_forces():
+        inputs = _non_leaf_inputs()
+        energy = order3.pair(*inputs).sum()
+        return count_ops(lambda: torch.autograd.grad(energy, inputs[0], create_graph=True))
+
+    pruned = ops_of_forces()
+
+    def required(ctx, *names):  # what ctx.needs_input_grad alone says: every input requires grad
+        return frozenset(name for name, need in zip(names, ctx.needs_input_grad) if need)
+
+    monkeypatch.setattr(order3, "_needed_gradients", required)
+    assert pruned < ops_of_forces()
+
