@@ -46,6 +46,11 @@ def _force_loss(fn, positions, i, j, params):
     return gradient.pow(2).sum() + energy
 
 
+def _required(ctx, *names):
+    """What ctx.needs_input_grad alone says, without the engine's refinement."""
+    return frozenset(name for name, need in zip(names, ctx.needs_input_grad) if need)
+
+
 @pytest.fixture(scope="module", params=STRATEGIES)
 def module(request, tmp_path_factory):
     return build_spec(tmp_path_factory.mktemp(request.param), **SPEC, strategy=request.param)
@@ -81,10 +86,7 @@ def test_the_parameters_pass_skips_the_distances_gradient(tmp_path, strategy, mo
         return count_ops(lambda: torch.autograd.grad(loss, params))
 
     pruned = ops_of_parameters_pass()
-    def required(ctx, *names):  # what ctx.needs_input_grad alone says: r requires grad, so computed
-        return frozenset(name for name, need in zip(names, ctx.needs_input_grad) if need)
-
-    monkeypatch.setattr(module, "_needed_gradients", required)
+    monkeypatch.setattr(module, "_needed_gradients", _required)  # r requires grad: computed
     assert pruned < ops_of_parameters_pass()
 
 
@@ -153,10 +155,6 @@ def test_a_nested_level_leaves_out_gradients_nobody_uses(order3, monkeypatch):
         return count_ops(lambda: torch.autograd.grad(energy, inputs[0], create_graph=True))
 
     pruned = ops_of_forces()
-
-    def required(ctx, *names):  # what ctx.needs_input_grad alone says: every input requires grad
-        return frozenset(name for name, need in zip(names, ctx.needs_input_grad) if need)
-
-    monkeypatch.setattr(order3, "_needed_gradients", required)
+    monkeypatch.setattr(order3, "_needed_gradients", _required)  # every input requires grad
     assert pruned < ops_of_forces()
 
