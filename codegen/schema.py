@@ -2,8 +2,9 @@
 
 Built from the constants ``spec.py`` validates with, so the two cannot drift apart on limits,
 names and choices. The schema cannot express everything the loader checks (the expression
-language, lo < hi in a domain, domain keys naming inputs, params distinct from inputs): dbgen's
-own loader stays the authority, and the schema catches the rest as you type.
+language, lo < hi in a domain, domain keys naming inputs, params and outputs distinct from inputs
+and from each other): dbgen's own loader stays the authority, and the schema catches the rest as
+you type.
 """
 
 from __future__ import annotations
@@ -29,14 +30,13 @@ def spec_schema() -> dict:
         "description": "One function for dbgen: a torch.autograd.Function with verified higher-order derivatives.",
         "type": "object",
         "required": list(spec.REQUIRED_KEYS),
+        # exactly one of expr (one output) and outputs (a vector-valued function)
+        "oneOf": [{"required": [key]} for key in spec.FORMULA_KEYS],
+        "dependentRequired": {"stack": ["outputs"]},  # stack stacks outputs: never with expr
         "additionalProperties": False,
         "properties": {
             "name": _name(),
-            "expr": {
-                "description": "The function of the inputs and params, e.g. x * tanh(softplus(x)); '**' is power.",
-                "type": "string",
-                "pattern": "\\S",
-            },
+            "expr": _expression("The function of the inputs and params, e.g. x * tanh(softplus(x)); '**' is power."),
             "inputs": {
                 "description": "Differentiable tensor inputs, in call order.",
                 "type": "array",
@@ -88,8 +88,25 @@ def spec_schema() -> dict:
                 "type": "boolean",
                 "default": False,
             },
+            "outputs": {
+                "description": "Instead of expr: a vector-valued function, output name -> its expression, in order.",
+                "type": "object",
+                "propertyNames": _symbol_name("An output's name."),
+                "additionalProperties": _expression("An output's function of the inputs and params."),
+                "minProperties": 1,
+                "maxProperties": spec.MAX_OUTPUTS,
+            },
+            "stack": {
+                "description": "With outputs: return one tensor, the outputs stacked along a new last dimension.",
+                "type": "boolean",
+                "default": False,
+            },
         },
     }
+
+
+def _expression(description: str) -> dict:
+    return {"description": description, "type": "string", "pattern": "\\S"}
 
 
 def _name() -> dict:

@@ -3,7 +3,8 @@
 YAML is composed (never constructed into arbitrary objects) with line marks kept, so every
 problem names its line. Aliases are refused outright, which makes alias bombs impossible; nesting
 is bounded; and only the plain YAML tags (str, int, float, bool, null, seq, map) are accepted.
-The expression is parsed here too, so that one run reports every problem of a file.
+The expression (or each of ``outputs``' expressions) is parsed here too, so that one run reports
+every problem of a file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ MAX_SPEC_BYTES = 64 * 1024
 MAX_ORDER = 8
 MAX_INPUTS = 8
 MAX_PARAMS = 16
+MAX_OUTPUTS = 64
 MAX_DOC_CHARS = 500
 MAX_NAME_CHARS = 100  # the name is a file name (test_NAME.py) on every platform
 MAX_YAML_DEPTH = 20
@@ -34,13 +36,16 @@ MAX_SHOWN_CHARS = 40  # of a user's value quoted in a message
 STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 DEFAULT_DOMAIN = (-2.0, 2.0)
 
-KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse")
-REQUIRED_KEYS = ("name", "expr", "inputs", "order")
+KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse", "outputs", "stack")
+# and exactly one of FORMULA_KEYS: expr (one output) or outputs (a vector-valued function)
+REQUIRED_KEYS = ("name", "inputs", "order")
+FORMULA_KEYS = ("expr", "outputs")
 _EXAMPLES = {"name": "name: my_function", "expr": "expr: x * sigmoid(x)", "inputs": "inputs: [x]", "order": "order: 2"}
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 _NATIVE_RE = re.compile(r"torch(\.[A-Za-z][A-Za-z0-9_]*)+\Z")  # public names only: no torch._C, torch.__builtins__
+_UNDEFINED_RE = re.compile(r"undefined name '([A-Za-z][A-Za-z0-9_]*)'")  # expr.py's message for an unknown name
 # A plain number YAML 1.1 reads as text (1e-3, 1.5e3): YAML 1.2 and every PyTorch user read a number.
 _NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?\Z")
 # File names Windows refuses whatever the extension: OUT/NAME.py could not be written there.
@@ -64,7 +69,12 @@ _COLLECTION_TAGS = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode
 
 @dataclass(frozen=True)
 class Spec:
-    """One validated spec file. ``lines`` maps each key to the line it stands on."""
+    """One validated spec file. ``lines`` maps each key to the line it stands on, and each output
+    of a vector-valued spec to its own (``outputs.NAME``).
+
+    A spec has either ``expr`` (one output) or ``outputs`` (name, expression text, in the spec's
+    order), never both: ``expr`` is "" for a vector-valued spec. ``formulas`` gives either kind as
+    (name, expression) pairs."""
 
     path: str
     name: str
@@ -83,10 +93,18 @@ class Spec:
     # a build option, like fuse: the project's line length (config.line_length), which the
     # generated code is wrapped and formatted to
     line_length: int = DEFAULT_LINE_LENGTH
+    # a vector-valued function (contract section 5): (name, expression text), in the spec's order;
+    # empty for a spec with expr
+    outputs: tuple[tuple[str, str], ...] = ()
+    # with outputs: return one tensor, the outputs stacked along a new last dimension
+    stack: bool = False
     lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def line_of(self, key: str) -> int:
-        return dict(self.lines).get(key, 1)
+        lines = dict(self.lines)
+        if key == "expr" and key not in lines and "outputs" in lines:
+            key = "outputs"  # a problem of "the formula" of a vector-valued spec: its outputs line
+        return lines.get(key, 1)
 
     def problem(self, key: str, message: str) -> Problem:
         return Problem(self.path, self.line_of(key), message)
@@ -99,11 +117,24 @@ class Spec:
     def param_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.params)
 
+    @property
+    def is_vector(self) -> bool:
+        """Whether the spec gives ``outputs`` (a vector-valued function) instead of ``expr``."""
+        return bool(self.outputs)
+
+    @property
+    def formulas(self) -> tuple[tuple[str, str], ...]:
+        """(name, expression text) of each output: the outputs, or the spec's name and its expr."""
+        return self.outputs if self.outputs else ((self.name, self.expr),)
+
     def canonical(self) -> dict:
-        """Everything that determines the generated code, in a stable form."""
+        """Everything that determines the generated code, in a stable form. A spec with expr keeps
+        exactly the keys it had before outputs existed, so the digests of earlier builds hold."""
+        formula = ({"outputs": [[n, e] for n, e in self.outputs], "stack": self.stack} if self.outputs
+                   else {"expr": self.expr})
         return {
             "name": self.name,
-            "expr": self.expr,
+            **formula,
             "inputs": list(self.inputs),
             "order": self.order,
             "params": [[n, v] for n, v in self.params],
@@ -393,6 +424,18 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     for key in REQUIRED_KEYS:
         if key not in values:
             reader.fail(1, f"missing required key '{key}'; add a line such as '{_EXAMPLES[key]}'")
+    if not any(key in values for key in FORMULA_KEYS):
+        reader.fail(1, f"missing required key 'expr'; add a line such as '{_EXAMPLES['expr']}' "
+                       "(or, for several outputs, an 'outputs:' mapping of names to expressions)")
+    if all(key in values for key in FORMULA_KEYS):
+        reader.fail(max(lines["expr"], lines["outputs"]), "a spec has expr or outputs, not both; keep expr for one "
+                    "output, or move it into outputs as one of several")
+    elif "stack" in values and "expr" in values:
+        reader.fail(lines["stack"], "stack applies only to outputs (it stacks several outputs into one tensor); "
+                    "remove it, or write the function as outputs instead of expr")
+    if "native" in values and "outputs" in values:
+        reader.fail(lines["native"], "native names one torch op for a one-output spec; a vector-valued spec's "
+                    "tests compare with its outputs' formulas in torch ops: remove native")
 
     fields = {
         "name": _read_name(reader, values.get("name")),
@@ -410,12 +453,23 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
+    params = tuple(name for name, _ in fields["params"])
+    outputs = _read_outputs(reader, values.get("outputs"), fields["name"], inputs, params if params_ok else None)
+    lines.update((f"outputs.{name}", line) for name, _, line in outputs)
+    fields["outputs"] = tuple((name, text) for name, text, _ in outputs if text is not None)
+    fields["stack"] = _read_bool(reader, values.get("stack"), "stack", False)
+    if "outputs" in values and "expr" not in values:
+        fields["expr"] = ""  # a vector-valued spec: its formulas are the outputs
     if check_expr or reader.problems:
         # an unknown key may be the inputs or params misspelled: the expression's names are then unknown
         names_known = inputs is not None and params_ok and not unknown_keys
-        if fields["expr"] is not None:
-            params = tuple(name for name, _ in fields["params"])
-            _check_expr(reader, lines["expr"], fields["expr"], inputs if names_known else None, params if names_known else None)
+        known_inputs, known_params = (inputs, params) if names_known else (None, None)
+        if fields["expr"]:
+            _check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params)
+        for name, text, line in outputs:
+            if text is not None:
+                others = {other for other, _, _ in outputs if other != name}
+                _check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}", others)
         if fields["native"] is not None:
             _check_native(reader, lines["native"], fields["native"])
     if reader.problems:
@@ -423,16 +477,22 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
 
 
-def _check_expr(reader: _Reader, line: int, text: str, inputs, params) -> None:
+def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str = "expr", outputs=()) -> None:
     """Parse the expression now, so that its problems are reported with the file's others. With
     inputs or params None (missing or invalid), every other problem of the expression is still
-    reported, only not its unknown names."""
+    reported, only not its unknown names. ``what``: expr, or outputs.NAME for an output's, whose
+    ``outputs`` are the other outputs' names (an expression cannot use them)."""
     from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
 
     try:
         parse_expr(text, inputs, params)
     except ExprError as exc:
-        reader.fail(line, f"expr: {exc}")
+        message = str(exc)
+        unknown = _UNDEFINED_RE.match(message)
+        if unknown and unknown[1] in outputs:
+            message = (f"'{unknown[1]}' is another output; an output's expression may use only the inputs and "
+                       "params: write that output's formula out in it")
+        reader.fail(line, f"{what}: {message}")
 
 
 def native_problems(spec: Spec) -> list[Problem]:
@@ -481,21 +541,52 @@ def _read_name(reader: _Reader, node) -> str | None:
     return None
 
 
-def _read_expr(reader: _Reader, node) -> str | None:
+def _read_expr(reader: _Reader, node, what: str = "expr") -> str | None:
+    """An expression's text (``what``: expr, or outputs.NAME for an output's)."""
     if node is None:
         return None
-    if not reader.tag_ok(node, "expr"):
+    if not reader.tag_ok(node, what):
         return None
     if not isinstance(node, yaml.ScalarNode) or node.tag in (_NULL_TAG, "tag:yaml.org,2002:bool"):
-        if reader.scalar(node, "expr") is not None:
-            reader.fail(node, f"expr must be a formula such as 'sinh(x)', not {_yaml_kind(node)}")
+        if reader.scalar(node, what) is not None:
+            reader.fail(node, f"{what} must be a formula such as 'sinh(x)', not {_yaml_kind(node)}")
         return None
     # The text as written: whether YAML would read it as a number (2, 1e-3, 1_000) is no concern here.
     text = node.value.strip()
     if not text:
-        reader.fail(node, "expr is empty; write the function, e.g. 'x * tanh(softplus(x))'")
+        reader.fail(node, f"{what} is empty; write the function, e.g. 'x * tanh(softplus(x))'")
         return None
     return text
+
+
+def _read_outputs(reader: _Reader, node, name, inputs, params) -> list[tuple[str, str | None, int]]:
+    """(name, expression text or None when it has a problem, line) of each output, in the spec's
+    order. Names follow the rules of inputs and params and are distinct from them and from the
+    spec's name (checked against those that are valid: None skips). An output whose name has a
+    problem still has its expression read, so that a run reports both."""
+    if node is None:
+        return []
+    before = len(reader.problems)
+    items = reader.mapping(node, "outputs", valid=_symbol_name_ok)
+    if len(reader.problems) == before and not items:
+        reader.fail(node, f"outputs must map 1 to {MAX_OUTPUTS} names to expressions, not 0; "
+                          "e.g. outputs: {r: sqrt(x**2 + y**2), phi: atan2(y, x)}")
+    elif len(items) > MAX_OUTPUTS:
+        reader.fail(node, f"at most {MAX_OUTPUTS} outputs are allowed, not {len(items)}; split the function "
+                          "into several specs")
+    outputs = []
+    for key_node, value_node, key in items:
+        output = _identifier(reader, key_node, "output")
+        if output is None:
+            pass
+        elif inputs is not None and output in inputs:
+            reader.fail(key_node, f"output '{output}' has the name of an input; names must be distinct, rename the output")
+        elif params is not None and output in params:
+            reader.fail(key_node, f"output '{output}' has the name of a param; names must be distinct, rename the output")
+        elif output == name:
+            reader.fail(key_node, f"output '{output}' has the spec's name (the public function's); rename the output")
+        outputs.append((key, _read_expr(reader, value_node, f"outputs.{_shorten(key)}"), _line(key_node)))
+    return outputs
 
 
 def _symbol_name_ok(text: str) -> bool:

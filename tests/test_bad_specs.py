@@ -55,6 +55,21 @@ def expr(kind: str, text: str, fragment: str, inputs: str = "[x]") -> Bad:
     return bad(kind, spec(kind, expr=text, inputs=inputs), (2, fragment))
 
 
+def vector(kind: str, *outputs: str, **keys: str | None) -> str:
+    """A spec with outputs instead of expr, of inputs x and y: name 1, inputs 2, order 3, outputs 4,
+    the outputs (each 'NAME: EXPR') from line 5 in a block mapping, then extra keys."""
+    block = "".join(f"\n  {output}" for output in outputs)
+    return spec(kind, expr=None, inputs="[x, y]", outputs=block, **keys)
+
+
+def output(kind: str, *outputs: str, fragment: str, line: int = 5) -> Bad:
+    """A spec whose only problem is one of its outputs (the first, on line 5, unless ``line``)."""
+    return bad(kind, vector(kind, *outputs), (line, fragment))
+
+
+SPHERICAL = ("r: sqrt(x**2 + y**2 + z**2)", "theta: atan2(sqrt(x**2 + y**2), z)", "phi: atan2(y, x)")
+
+
 BILLION_LAUGHS = "".join(
     f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else 'lol'}]\n" for i in range(10)
 )
@@ -63,7 +78,8 @@ ONE_PARAM_TOO_MANY = "{" + ", ".join(f"p{i}: {i}" for i in range(17)) + "}"
 CORPUS = [
     # required keys, unknown and repeated keys, empty values
     bad("missing_name", spec("x", name=None), (1, "missing required key 'name'; add a line such as 'name: ")),
-    bad("missing_expr", spec("missing_expr", expr=None), (1, "missing required key 'expr'; add a line")),
+    bad("missing_expr", spec("missing_expr", expr=None),
+        (1, "missing required key 'expr'; add a line such as 'expr: x * sigmoid(x)' (or, for several outputs, an 'outputs:'")),
     bad("missing_inputs", spec("missing_inputs", inputs=None), (1, "missing required key 'inputs'; add a line")),
     bad("missing_order", spec("missing_order", order=None), (1, "missing required key 'order'; add a line")),
     bad("unknown_key", spec("unknown_key", order=None, ordr="2"),
@@ -253,6 +269,57 @@ CORPUS = [
     bad("name_tests_folder", spec("name_tests_folder", name="tests"), (1, "generated tests folder")),
     bad("name_pytest_collects", spec("name_pytest_collects", name="test_swish"), (1, "one pytest collects")),
     bad("name_conftest", spec("name_conftest", name="conftest"), (1, "one pytest collects")),
+    # outputs (a vector-valued function) and stack
+    bad("expr_and_outputs", spec("expr_and_outputs", outputs="{y: 2 * x}"),
+        (5, "a spec has expr or outputs, not both; keep expr for one output, or move it into outputs")),
+    bad("outputs_before_expr", "name: outputs_before_expr\noutputs: {y: x}\nexpr: x\ninputs: [x]\norder: 1\n",
+        (3, "a spec has expr or outputs, not both")),
+    bad("outputs_empty", spec("outputs_empty", expr=None, outputs="{}"), (4, "outputs must map 1 to 64 names to expressions, not 0; e.g.")),
+    bad("outputs_too_many", spec("outputs_too_many", expr=None, outputs="{" + ", ".join(f"o{i}: x" for i in range(65)) + "}"),
+        (4, "at most 64 outputs are allowed, not 65; split the function into several specs")),
+    bad("outputs_list", spec("outputs_list", expr=None, outputs="[x, 2 * x]"), (4, "outputs must be a mapping")),
+    bad("outputs_null", spec("outputs_null", expr=None, outputs=""), (4, "outputs must be a mapping")),
+    output("output_not_identifier", "r-x: x", fragment="output 'r-x' must be an identifier (ASCII"),
+    output("output_number", "1: x", fragment="output '1' must be an identifier"),
+    output("output_leading_underscore", "_r: x", fragment="output '_r' must be an identifier"),
+    output("output_twice", "r: x", "r: y", line=6, fragment="outputs: key 'r' appears twice (first on line 5); keep one"),
+    output("output_is_an_input", "y: x", fragment="output 'y' has the name of an input; names must be distinct, rename"),
+    bad("output_is_a_param", vector("output_is_a_param", "k: x", params="{k: 2}"),
+        (5, "output 'k' has the name of a param; names must be distinct, rename the output")),
+    output("output_is_the_spec_name", "output_is_the_spec_name: x",
+           fragment="output 'output_is_the_spec_name' has the spec's name (the public function's); rename the output"),
+    output("output_function_name", "exp: x", fragment="output 'exp' would shadow the name 'exp' of the language"),
+    output("output_pi", "pi: x", fragment="output 'pi' would shadow"),
+    output("output_torch", "torch: x", fragment="output 'torch' would shadow"),
+    output("output_keyword", "lambda: x", fragment="output 'lambda' is a Python keyword"),
+    output("output_yaml_bool", "on: x", fragment="outputs: key 'on' is read by YAML as true/false; put it in quotes"),
+    output("output_unknown_name", "r: x", "s: zz * y", line=6, fragment="outputs.s: undefined name 'zz'"),
+    output("output_names_another_output", "r: x", "s: 2 * r", line=6,
+           fragment="outputs.s: 'r' is another output; an output's expression may use only the inputs and params: write"),
+    output("output_names_itself", "r: 2 * r", fragment="outputs.r: undefined name 'r'"),
+    output("output_unknown_function", "r: sinn(x)",
+           fragment="outputs.r: 'sinn' is not a function of the language (did you mean 'sin'?)"),
+    output("output_syntax_error", "r: x", "s: x +", "t: y", line=6, fragment="outputs.s: syntax error"),
+    output("output_caret", "r: x^2", fragment="outputs.r: '^' is not power in dbgen"),
+    output("output_empty", "r: x", "s: ''", line=6, fragment="outputs.s is empty; write the function"),
+    output("output_list", "r: [x]", fragment="outputs.r must be a single value, not a list"),
+    output("output_bool", "r: true", fragment="outputs.r must be a formula such as 'sinh(x)', not true/false"),
+    output("output_tag", "r: !!python/object/apply:os.system ['touch PWNED']",
+           fragment="outputs.r: YAML tag '!!python/object/apply:os.system' is not allowed"),
+    bad("output_bad_name_and_bad_expr", vector("output_bad_name_and_bad_expr", "r: x", "x: sinn(y)"),
+        (6, "output 'x' has the name of an input"), (6, "outputs.x: 'sinn' is not a function")),
+    bad("outputs_each_reported", vector("outputs_each_reported", "r: x^2", "s: y", "t: exp(zz)"),
+        (5, "outputs.r: '^' is not power"), (7, "outputs.t: undefined name 'zz'")),
+    bad("outputs_key_typo_hides_only_unknown_names", vector("outputs_key_typo_hides_only_unknown_names", "r: zz",
+                                                            "s: sinn(x)", parms="{zz: 1}"),
+        (7, "unknown key 'parms' (did you mean 'params'?)"), (6, "outputs.s: 'sinn' is not a function")),
+    bad("stack_with_expr", spec("stack_with_expr", stack="true"),
+        (5, "stack applies only to outputs (it stacks several outputs into one tensor); remove it, or write")),
+    bad("stack_false_with_expr", spec("stack_false_with_expr", stack="false"), (5, "stack applies only to outputs")),
+    bad("stack_number", vector("stack_number", "r: x", stack="3"), (6, "stack must be true or false (unquoted), not '3'")),
+    bad("stack_string", vector("stack_string", "r: x", stack='"true"'), (6, "stack must be true or false (unquoted), not 'true'")),
+    bad("native_with_outputs", vector("native_with_outputs", "r: x", native="torch.tanh"),
+        (6, "native names one torch op for a one-output spec; a vector-valued spec's tests compare with its")),
     # expressions
     expr("expr_caret", "x^2", "'^' is not power in dbgen (it is XOR in Python); write '**'"),
     expr("expr_caret_syntax", "x^^2", "syntax error"),
@@ -546,6 +613,56 @@ def test_spec_text_is_never_executed(tmp_path, monkeypatch, kind):
 def test_every_example_spec_still_loads():
     for path in sorted((REPO / "specs").glob("*.yaml")):
         assert load_spec(path, path.name).name == path.stem
+
+
+def test_an_outputs_spec_loads_with_each_output_on_its_line(tmp_path):
+    path = tmp_path / "to_spherical.yaml"
+    path.write_text(spec("to_spherical", expr=None, inputs="[x, y, z]", order="2",
+                         outputs="".join(f"\n  {o}" for o in SPHERICAL), stack="true", params="{k: 2}"))
+    loaded = load_spec(path, "to_spherical.yaml")
+    expected = (("r", "sqrt(x**2 + y**2 + z**2)"), ("theta", "atan2(sqrt(x**2 + y**2), z)"), ("phi", "atan2(y, x)"))
+    assert (loaded.outputs, loaded.stack, loaded.expr, loaded.is_vector) == (expected, True, "", True)
+    assert loaded.formulas == expected
+    assert dict(loaded.lines) == {"name": 1, "inputs": 2, "order": 3, "outputs": 4, "outputs.r": 5, "outputs.theta": 6,
+                                  "outputs.phi": 7, "stack": 8, "params": 9}
+    assert [loaded.line_of(f"outputs.{name}") for name, _ in expected] == [5, 6, 7]
+    assert loaded.line_of("expr") == 4  # a problem of "the formula", found later, points at outputs
+    canonical = loaded.canonical()
+    assert "expr" not in canonical
+    assert (canonical["outputs"], canonical["stack"]) == ([list(pair) for pair in expected], True)
+
+
+def test_outputs_keep_the_order_of_the_spec_and_stack_defaults_to_false(tmp_path):
+    path = tmp_path / "order.yaml"
+    path.write_text(spec("order", expr=None, outputs="{zeta: x, alpha: 2 * x, mid: 3 * x}"))
+    loaded = load_spec(path, "order.yaml")
+    assert [name for name, _ in loaded.outputs] == ["zeta", "alpha", "mid"]
+    assert loaded.stack is False
+    assert loaded.canonical()["stack"] is False
+
+
+def test_sixty_four_outputs_are_allowed(tmp_path):
+    path = tmp_path / "many.yaml"
+    path.write_text(spec("many", expr=None, outputs="{" + ", ".join(f"o{i}: {i} * x" for i in range(64)) + "}"))
+    assert len(load_spec(path, "many.yaml").outputs) == 64
+
+
+def test_an_expr_spec_keeps_its_canonical_form_and_digest(tmp_path):
+    """Generated files record the digest of Spec.canonical(): outputs must not change it for a spec
+    with expr. The digests are those dbgen 0.9.0 gave (and recorded in generated/sinh.py)."""
+    path = tmp_path / "full.yaml"
+    path.write_text(spec(
+        "full", expr="a * tanh(x) + eps * y", inputs="[x, y]", order="3", params="{a: 2, eps: 1e-3}",
+        strategy="nested", domain="{x: [-1.5e0, 1], y: [0.5, 2]}", doc="A full spec.", native="torch.tanh", fuse="true",
+    ))
+    loaded = load_spec(path, "full.yaml")
+    assert list(loaded.canonical()) == ["name", "expr", "inputs", "order", "params", "strategy", "domain", "doc",
+                                        "native", "fuse", "explicit_domain"]
+    assert (loaded.outputs, loaded.stack, loaded.is_vector) == ((), False, False)
+    assert loaded.formulas == (("full", "a * tanh(x) + eps * y"),)
+    assert loaded.digest("0.9.0") == "f1f126a13f4c11be3d5b753441da9ac39d3ccd80db45838257dced2c6ecfadb3"
+    sinh = load_spec(REPO / "specs" / "sinh.yaml", "specs/sinh.yaml")
+    assert sinh.digest("0.9.0") == "b6b08d78b2d5d7bb6921a3a29f3a090eca8204ea50f5b983a6d1fc4343d51c7f"
 
 
 def test_a_spec_using_every_optional_key_loads(tmp_path):

@@ -19,6 +19,8 @@ jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "specs").glob("*.yaml"))
 GOOD = {"name": "swish", "expr": "x * sigmoid(beta * x)", "inputs": ["x"], "order": 2}
+SPHERICAL = {"name": "to_spherical", "inputs": ["x", "y", "z"], "order": 2,
+             "outputs": {"r": "sqrt(x**2 + y**2 + z**2)", "theta": "atan2(sqrt(x**2 + y**2), z)", "phi": "atan2(y, x)"}}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,10 @@ def test_command_reports_an_unwritable_path(tmp_path):
 def test_schema_covers_every_key_of_the_contract(validator):
     schema = validator.schema
     assert list(schema["properties"]) == list(spec_module.KEYS)
-    assert schema["required"] == list(spec_module.REQUIRED_KEYS) == ["name", "expr", "inputs", "order"]
+    assert schema["required"] == list(spec_module.REQUIRED_KEYS) == ["name", "inputs", "order"]
+    assert schema["oneOf"] == [{"required": ["expr"]}, {"required": ["outputs"]}]
+    assert schema["dependentRequired"] == {"stack": ["outputs"]}
+    assert schema["properties"]["outputs"]["maxProperties"] == spec_module.MAX_OUTPUTS == 64
     assert schema["additionalProperties"] is False
     assert schema["properties"]["strategy"]["enum"] == list(spec_module.STRATEGIES)
     assert schema["properties"]["order"]["maximum"] == spec_module.MAX_ORDER
@@ -69,6 +74,15 @@ def test_a_full_spec_validates(validator):
     full = {**GOOD, "params": {"beta": 1.0}, "strategy": "nested", "domain": {"x": [-3, 3.5]},
             "doc": "Swish.", "native": "torch.nn.functional.silu", "fuse": True}
     assert list(validator.iter_errors(full)) == []
+
+
+@pytest.mark.parametrize("stack", [None, False, True])
+def test_an_outputs_spec_validates(validator, tmp_path, stack):
+    data = {**SPHERICAL, **({} if stack is None else {"stack": stack})}
+    assert list(validator.iter_errors(data)) == []
+    path = tmp_path / "spec.yaml"
+    path.write_text(json.dumps(data))
+    assert spec_module.load_spec(path, "spec.yaml").outputs == tuple(SPHERICAL["outputs"].items())
 
 
 BAD = {
@@ -96,6 +110,19 @@ BAD = {
     "native outside torch": {**GOOD, "native": "numpy.sin"},
     "fuse as text": {**GOOD, "fuse": "yes"},
     "expr blank": {**GOOD, "expr": "  "},
+    "expr and outputs": {**GOOD, "outputs": {"y": "x"}},
+    "neither expr nor outputs": {k: v for k, v in SPHERICAL.items() if k != "outputs"},
+    "no outputs": {**SPHERICAL, "outputs": {}},
+    "65 outputs": {**SPHERICAL, "outputs": {f"o{i}": "x" for i in range(65)}},
+    "outputs a list": {**SPHERICAL, "outputs": ["sqrt(x)"]},
+    "output not an identifier": {**SPHERICAL, "outputs": {"1r": "x"}},
+    "output shadows a function": {**SPHERICAL, "outputs": {"exp": "x"}},
+    "output a keyword": {**SPHERICAL, "outputs": {"lambda": "x"}},
+    "output blank": {**SPHERICAL, "outputs": {"r": " "}},
+    "output not text": {**SPHERICAL, "outputs": {"r": ["x"]}},
+    "stack with expr": {**GOOD, "stack": True},
+    "stack as a number": {**SPHERICAL, "stack": 3},
+    "stack as text": {**SPHERICAL, "stack": "true"},
 }
 
 
