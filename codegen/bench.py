@@ -266,10 +266,18 @@ def make_inputs(spec: Spec, size: int, dtype: torch.dtype, seed: int = SEED) -> 
     tensors = tuple(
         _uniform(*spec.bounds(name), size, dtype, generator).requires_grad_() for name in spec.inputs
     )
-    cotangents = [(torch.randn(size, generator=generator).to(dtype),)]
+    cotangents = [_output_cotangents(spec, size, dtype, generator)]
     for _ in range(len(WORKLOADS) - 2):
         cotangents.append(tuple(torch.randn(size, generator=generator).to(dtype) for _ in tensors))
     return Inputs(tensors, tuple(cotangents))
+
+
+def _output_cotangents(spec: Spec, size: int, dtype: torch.dtype, generator) -> tuple[torch.Tensor, ...]:
+    """One random cotangent per output (a vector-valued spec's all of them: none goes unused), or
+    one for the stacked outputs."""
+    if spec.stack:
+        return (torch.randn(size, len(spec.outputs), generator=generator).to(dtype),)
+    return tuple(torch.randn(size, generator=generator).to(dtype) for _ in spec.formulas)
 
 
 def _uniform(lo: float, hi: float, size: int, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
@@ -284,8 +292,8 @@ def derivatives(fn: Callable, inputs: Inputs, order: int, create_graph_last: boo
     """
     if order == 0:
         with torch.no_grad():
-            return (fn(*inputs.tensors),)
-    outputs = (fn(*inputs.tensors),)
+            return _as_tuple(fn(*inputs.tensors))
+    outputs = _as_tuple(fn(*inputs.tensors))
     for level in range(order):
         pairs = [(o, c) for o, c in zip(outputs, inputs.cotangents[level]) if o is not None and o.requires_grad]
         if not pairs:  # the derivatives vanish from here on
@@ -295,6 +303,11 @@ def derivatives(fn: Callable, inputs: Inputs, order: int, create_graph_last: boo
             create_graph=create_graph_last or level < order - 1, allow_unused=True,
         )
     return outputs
+
+
+def _as_tuple(value) -> tuple[torch.Tensor, ...]:
+    """A function's outputs: a vector-valued spec's tuple, else the one tensor."""
+    return value if isinstance(value, tuple) else (value,)
 
 
 def workload(fn: Callable, inputs: Inputs, order: int) -> Callable[[], object]:
@@ -398,7 +411,7 @@ def graph_measures(fn: Callable, inputs: Inputs) -> dict[str, tuple[int, int]]:
     """Workload -> (bytes saved, autograd nodes): W2, the forward graph (what forward saves);
     W3, the graph of the first-order gradients taken with create_graph (forward and first backward)."""
     exclude = inputs.storages()
-    forward_bytes, value = saved_bytes(lambda: (fn(*inputs.tensors),), exclude)
+    forward_bytes, value = saved_bytes(lambda: _as_tuple(fn(*inputs.tensors)), exclude)
     first_bytes, grads = saved_bytes(lambda: derivatives(fn, inputs, 1, create_graph_last=True), exclude)
     return {"W2": (forward_bytes, graph_nodes(value)), "W3": (first_bytes, graph_nodes(grads))}
 

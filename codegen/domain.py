@@ -70,7 +70,7 @@ _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": l
                     "xlogy": lambda x, y: 0 if x == 0 else x * mpmath.log(y)}
 
 
-def check(spec: Spec, expr: sympy.Expr) -> None:
+def check(spec: Spec, expr: sympy.Expr, key: str = "expr") -> None:
     """Raise SpecErrors (one problem, on the ``domain`` line, else ``expr``) when the function or a
     derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
     inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
@@ -82,7 +82,7 @@ def check(spec: Spec, expr: sympy.Expr) -> None:
         return
     if not any(failing):
         return
-    key = "domain" if "domain" in dict(spec.lines) else "expr"
+    key = "domain" if "domain" in dict(spec.lines) else key  # key: the formula's line (outputs.NAME)
     raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
 
 

@@ -106,8 +106,12 @@ def _derivative_tensors(function, spec, order: int) -> dict[str, object]:
 
     inputs = {name: torch.linspace(lo, hi, SAMPLES, dtype=torch.float64, requires_grad=True)
               for name, (lo, hi) in spec.domain}
-    tensors = {**inputs, "out": function(*inputs.values())}
-    level = {"out": tensors["out"]}
+    value = function(*inputs.values())
+    if spec.outputs and not spec.stack:  # a vector-valued spec: each output by its name
+        level = dict(zip((name for name, _ in spec.outputs), value))
+    else:
+        level = {"out": value}
+    tensors = {**inputs, **level}
     for k in range(1, order):
         level = {name: t for name, t in level.items() if t.requires_grad}
         if not level:

@@ -36,7 +36,7 @@ def excess(plan) -> str | None:
     """None when ``plan`` saves no more than the composed expression at W2 and W3; else what it
     saves against what autograd saves, for the reason line of ``auto``. A spec that calls a special
     function torch cannot differentiate (special.py) has no composed expression to compare with."""
-    if plan.expr.atoms(SpecialFunctionBase):
+    if any(expr.atoms(SpecialFunctionBase) for expr in plan.exprs):
         return None
     ours = saved_counts(module_function(plan), plan.spec)
     printed = saved_counts(composed_function(plan), plan.spec)
@@ -59,13 +59,20 @@ def saved_counts(fn, spec) -> tuple[int, int]:
     exclude = {t.untyped_storage().data_ptr() for t in (*inputs, cotangent)}
 
     def first_order():
-        value = fn(*inputs)
+        value = _summed(fn(*inputs), spec)
         if not value.requires_grad:  # a choice on params that takes a branch without inputs
             return value, ()
         return value, torch.autograd.grad(value, inputs, cotangent, create_graph=True, allow_unused=True)
 
     with torch.enable_grad():
         return _saved(lambda: fn(*inputs), exclude), _saved(first_order, exclude)
+
+
+def _summed(value, spec):
+    """A vector-valued spec's outputs added up (a sum saves nothing): one cotangent reaches each."""
+    if isinstance(value, tuple):
+        return sum(value)
+    return value.sum(-1) if spec.stack else value
 
 
 def saved_storages(action):
@@ -122,7 +129,8 @@ def written_function(spec):
                  ast.Pow: operator.pow, ast.BitAnd: operator.and_, ast.BitOr: operator.or_,
                  ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
                  ast.Eq: operator.eq, ast.NotEq: operator.ne}
-    tree = ast.parse(spec.expr, mode="eval").body  # parse_expr has checked it against the language
+    # parse_expr has checked each against the language
+    trees = [ast.parse(text, mode="eval").body for _, text in spec.formulas]
 
     def fn(*inputs):
         names = {**dict(zip(spec.inputs, inputs)), **dict(spec.params), "pi": math.pi, "E": math.e}
@@ -154,8 +162,9 @@ def written_function(spec):
             args = [a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=torch.float64) for a in args]
             return functions[node.func.id](*args)
 
-        value = walk(tree)
-        return value + 0 * sum(inputs)  # every input in the graph, as the generated tests' composed
+        # every input in the graph, as the generated tests' composed
+        values = tuple(walk(tree) + 0 * sum(inputs) for tree in trees)
+        return values if spec.outputs else values[0]
 
     return fn
 

@@ -262,28 +262,47 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
     from .plan import make_plan
     from .rewrite import identity, stabilize
 
-    try:
-        expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
-    except ExprError as exc:
-        raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-    guarded = guard(expr, spec)
-    checked = not check_domain or _domain_checked(spec, guarded)
+    if not spec.outputs:
+        try:
+            expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
+        except ExprError as exc:
+            raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
+        guarded = guard(expr, spec)
+    else:
+        guarded = tuple(guard(_parsed_output(spec, name, text), spec) for name, text in spec.outputs)
+    formulas = tuple(zip(_formula_keys(spec), guarded if spec.outputs else (guarded,)))
+    checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
     plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=excess)
     if not checked:
         from . import domain
 
-        domain.check(spec, guarded)
+        for key, formula in formulas:
+            domain.check(spec, formula, key)
     return plan
 
 
-def _domain_checked(spec: Spec, expr) -> bool:
+def _formula_keys(spec: Spec) -> tuple[str, ...]:
+    """Where each formula stands in the spec file: expr, or outputs.NAME."""
+    return tuple(f"outputs.{name}" for name, _ in spec.outputs) or ("expr",)
+
+
+def _parsed_output(spec: Spec, name: str, text: str):
+    from .expr import ExprError, parse_expr
+
+    try:
+        return parse_expr(text, spec.inputs, spec.param_names)
+    except ExprError as exc:
+        raise SpecErrors([spec.problem(f"outputs.{name}", f"outputs.{name}: {exc}")]) from None
+
+
+def _domain_checked(spec: Spec, expr, key: str = "expr") -> bool:
     """Refuse a spec not finite on its domain before auto's memory bound runs the candidates' code
     there (0**x: a NaN gradient); False where the check's own derivatives meet a limit first, so
     that planning reports the limit for every strategy it tries, and the check runs after it."""
     from . import domain
 
     try:
-        domain.check(spec, expr)
+        domain.check(spec, expr, key)
     except bounds.LimitExceeded:
         return False
     return True

@@ -112,12 +112,11 @@ class ModulePlan:
     """Everything the module and its tests are rendered from."""
 
     spec: Spec
-    expr: sympy.Expr
+    exprs: tuple[sympy.Expr, ...]  # one per output of the spec, in order
     strategy: str
     reason: str
     functions: tuple[FunctionPlan, ...]
-    returns_first_only: bool
-    derivatives: tuple[tuple[tuple[str, ...], sympy.Expr], ...]
+    derivatives: tuple[tuple[str, tuple[str, ...], sympy.Expr], ...]  # (f or the output's name, index, formula)
     more_derivatives: int
     locals: tuple[tuple[str, str], ...]
     # what auto left out (over a limit) or passed over (the memory bound), also at the end of ``reason``
@@ -126,6 +125,18 @@ class ModulePlan:
     def local(self, name: str) -> str:
         """The name the generated code uses for its own local ``name`` (inputs, output, ...)."""
         return dict(self.locals)[name]
+
+    @property
+    def expr(self) -> sympy.Expr:
+        """The formula of a spec with one output (``expr:``)."""
+        (expr,) = self.exprs
+        return expr
+
+    @property
+    def returned(self) -> int:
+        """How many of the entry Function's outputs the public function returns: the spec's
+        outputs; the rest are values for backward (intermediates, nested)."""
+        return len(self.exprs)
 
     @property
     def entry(self) -> FunctionPlan:
@@ -166,31 +177,33 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr: sympy.Expr, stable=stabilize, accept=None) -> ModulePlan:
-    """The plan for ``spec``; ``stable`` rewrites each formula about to be printed (rewrite.py).
+def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
+    """The plan for ``spec``, whose formula is ``expr`` (a tuple of them, one per output, for a
+    vector-valued spec); ``stable`` rewrites each formula about to be printed (rewrite.py).
 
     ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
     ``accept`` (a plan -> None, or why not; ``memory.excess`` in a build) takes; when it takes
     none, the cheapest, and the reason says so.
     """
+    exprs = expr if isinstance(expr, tuple) else (expr,)
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     stable = _masking(stable, inputs)
     if spec.strategy == "auto":
-        candidates, dropped = _candidates_within_limits(spec, expr, inputs, stable)
+        candidates, dropped = _candidates_within_limits(spec, exprs, inputs, stable)
     else:
-        candidates, dropped = {spec.strategy: _functions(spec, spec.strategy, expr, inputs, stable, spec.order)}, {}
-    derivatives, more = _documented_derivatives(expr, inputs, spec.order)
+        candidates, dropped = {spec.strategy: _functions(spec, spec.strategy, exprs, inputs, stable, spec.order)}, {}
+    labels = tuple(name for name, _ in spec.outputs) or ("f",)
+    derivatives, more = _documented_derivatives(_outputs(labels, exprs), inputs, spec.order)
 
     def module_plan(strategy: str, reason: str) -> ModulePlan:
         functions, local_names = candidates[strategy]
         return ModulePlan(
             spec=spec,
-            expr=expr,
+            exprs=exprs,
             strategy=strategy,
             reason=reason,
             functions=functions,
-            returns_first_only=len(functions[0].outputs) > 1,
-            derivatives=tuple((tuple(str(s) for s in idx), d) for idx, d in derivatives),
+            derivatives=tuple((label, tuple(str(s) for s in idx), d) for label, idx, d in derivatives),
             more_derivatives=more,
             locals=local_names,
         )
@@ -229,14 +242,14 @@ def _masking(stable, inputs):
 CANDIDATE_TIME_SHARE = 0.5
 
 
-def _candidates_within_limits(spec: Spec, expr: sympy.Expr, inputs, stable):
+def _candidates_within_limits(spec: Spec, exprs, inputs, stable):
     """The planned auto candidates that stay within the limits (limits.py), and the
     ``LimitExceeded`` of each one dropped; ``NoCandidateFits`` when none is left."""
     planned, dropped = {}, {}
     for strategy in auto_candidates(spec):
         try:
             with limits.attempt(CANDIDATE_TIME_SHARE):
-                planned[strategy] = _functions(spec, strategy, expr, inputs, stable, spec.order)
+                planned[strategy] = _functions(spec, strategy, exprs, inputs, stable, spec.order)
         except limits.LimitExceeded as exceeded:
             dropped[strategy] = exceeded
     if not planned:
@@ -248,29 +261,35 @@ def _candidates_within_limits(spec: Spec, expr: sympy.Expr, inputs, stable):
 DERIVATIVES_TIME_SHARE = 0.5
 
 
-def _documented_derivatives(expr: sympy.Expr, inputs, order: int):
-    """The docstring's partial derivatives (at most 24) and how many more there are up to ``order``.
+def _documented_derivatives(outputs, inputs, order: int):
+    """The docstring's partial derivatives (label, multi-index, derivative), at most 24 over all
+    ``outputs`` ((label, formula) pairs), and how many more there are up to ``order``.
 
     They document; no code runs them. So they are an attempt (limits.py): past the size limit
     the orders below are shown, past their share of the time none, and the count says how many
     more there are, rather than failing a spec whose generated code fits.
     """
-    total = math.comb(order + len(inputs), len(inputs)) - 1  # multi-indices of degree 1 to order
+    total = len(outputs) * (math.comb(order + len(inputs), len(inputs)) - 1)  # multi-indices of degree 1 to order
     shown_order, derivatives = order, []
     while shown_order > 0:
         try:
             with limits.attempt(DERIVATIVES_TIME_SHARE):
-                derivatives, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24)
+                derivatives = []
+                for label, expr in outputs:
+                    shown, _ = symbolic.partial_derivatives(expr, inputs, shown_order, limit=24 - len(derivatives))
+                    derivatives += [(label, index, derivative) for index, derivative in shown]
             break
         except limits.LimitExceeded as exceeded:
             shown_order = exceeded.order - 1 if exceeded.kind == "size" else 0
     return derivatives, total - len(derivatives)
 
 
-def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, order: int):
+def _functions(spec: Spec, strategy: str, exprs, inputs, stable, order: int):
     """The generated Functions of ``strategy`` (``order`` levels when nested) and the local names."""
-    namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES})
+    output_names = [name for name, _ in spec.outputs]
+    namer = Namer({*spec.inputs, *spec.param_names, spec.name, *_MODULE_NAMES, *output_names})
     local_names = tuple((name, namer.fresh(name)) for name in LOCALS)
+    outputs = tuple(output_names) or (namer.fresh("out"),)
     camel = "".join(part.capitalize() for part in spec.name.split("_"))
     levels = 1 if strategy != "nested" else order
     # Level k's class is CamelLevelK, never CamelBackward: autograd names the node of a Function X
@@ -278,9 +297,9 @@ def _functions(spec: Spec, strategy: str, expr: sympy.Expr, inputs, stable, orde
     bases = [camel] + [f"{camel}Level{k}" for k in range(1, levels)]
     classes = [(namer.fresh(base), namer.fresh(base + COMPILE_SUFFIX)) for base in bases]
     if strategy == "nested":
-        functions = _nested(classes, expr, inputs, order, namer, stable, masked=not spec.fuse)
+        functions = _nested(classes, _outputs(outputs, exprs), inputs, order, namer, stable, masked=not spec.fuse)
     else:
-        functions = (_single_level(classes[0], strategy, expr, inputs, namer, stable),)
+        functions = (_single_level(classes[0], strategy, _outputs(outputs, exprs), inputs, namer, stable),)
     params = frozenset(_symbols(spec.param_names))
     return tuple(_with_power_ladders(fn, params, namer.taken) for fn in functions), local_names
 
@@ -333,26 +352,30 @@ def _estimate(spec: Spec, strategy: str, functions, scalars) -> float:
     return cost.second_order_cost(functions[0], scalars)
 
 
-def _single_level(classes, strategy, expr, inputs, namer: Namer, stable) -> FunctionPlan:
+def _outputs(names, exprs) -> tuple[tuple[str, sympy.Expr], ...]:
+    return tuple(zip(names, exprs, strict=True))
+
+
+def _single_level(classes, strategy, outputs, inputs, namer: Namer, stable) -> FunctionPlan:
     """save_inputs, save_outputs or intermediates: one Function whose backward is torch ops.
 
-    Derivatives are taken of the formulas as written (``raw``) and then stabilised; the shared
-    values and the output are found in, and saved from, the stabilised forms that run.
+    ``outputs``: (name, formula) of each of the spec's outputs. Derivatives are taken of the
+    formulas as written (``raw``) and then stabilised; the shared values and the outputs are
+    found in, and saved from, the stabilised forms that run.
     """
-    raw_forward, extras = expr, ()
+    raw_forwards, extras = tuple(expr for _, expr in outputs), ()
     if strategy == "intermediates":
-        raw_forward, extras = _intermediates(expr, inputs, stable)
-    forward = stable(raw_forward)
-    raw = [raw_forward, *extras]
+        raw_forwards, extras = _intermediates(raw_forwards, inputs, stable)
+    forwards = [stable(raw_forward) for raw_forward in raw_forwards]
+    raw = [*raw_forwards, *extras]
 
-    out = namer.fresh("out")
-    results = [_output(out, forward, inputs)]
+    results = [_output(name, forward, inputs) for (name, _), forward in zip(outputs, forwards)]
     results += [Result(namer.fresh(_describe(value)), value) for value in extras]
     cotangents = tuple(namer.fresh(f"grad_{r.name}") for r in results)
 
-    known = [(_symbol(r.name), r.expr) for r in results[1:]]
+    known = [(_symbol(r.name), r.expr) for r in results[len(outputs):]]
     if strategy in ("save_outputs", "intermediates"):
-        known.append((_symbol(out), forward))
+        known += [(_symbol(name), forward) for (name, _), forward in zip(outputs, forwards)]
     exact = strategy != "save_outputs"
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
@@ -435,21 +458,21 @@ def _forward_mode(results: list[Result], raw, inputs, namer: Namer, known, exact
     return tangents, block, saved
 
 
-def _intermediates(expr: sympy.Expr, inputs, stable) -> tuple[sympy.Expr, tuple[sympy.Expr, ...]]:
-    """The forward to differentiate and the shared values (stabilised forms) to return with it.
+def _intermediates(exprs, inputs, stable) -> tuple[tuple[sympy.Expr, ...], tuple[sympy.Expr, ...]]:
+    """The forwards to differentiate and the shared values (stabilised forms) to return with them.
 
-    When the forward shares no function call with its derivative (sinh(x), whose derivative is
-    cosh(x)), sinh and cosh are written through exp(u) and exp(-u), as the tutorial's Sinh does.
+    When the forwards share no function call with their derivatives (sinh(x), whose derivative
+    is cosh(x)), sinh and cosh are written through exp(u) and exp(-u), as the tutorial's Sinh does.
     """
-    candidates = [expr]
-    if stable(expr).has(sympy.sinh, sympy.cosh):  # not when a stable rewrite removed them (log(cosh(u)))
-        candidates.append(symbolic.exp_form(expr))
-    for forward in candidates:
-        first = [stable(symbolic.clean(sympy.diff(forward, x))) for x in inputs]
-        shared = symbolic.shared_values(stable(forward), first, inputs)
+    candidates = [exprs]
+    if any(stable(e).has(sympy.sinh, sympy.cosh) for e in exprs):  # not where a rewrite removed them (log(cosh(u)))
+        candidates.append(tuple(symbolic.exp_form(e) for e in exprs))
+    for forwards in candidates:
+        first = [stable(symbolic.clean(sympy.diff(forward, x))) for forward in forwards for x in inputs]
+        shared = symbolic.shared_values([stable(forward) for forward in forwards], first, inputs)
         if shared:
-            return forward, shared
-    return expr, ()
+            return forwards, shared
+    return exprs, ()
 
 
 @dataclass(frozen=True)
@@ -473,7 +496,7 @@ class _Passing:
     values: tuple[Result, ...]
 
 
-def _nested(classes, expr, inputs, order, namer: Namer, stable, masked: bool) -> tuple[FunctionPlan, ...]:
+def _nested(classes, outputs, inputs, order, namer: Namer, stable, masked: bool) -> tuple[FunctionPlan, ...]:
     """The tutorial's Cube/CubeBackward chain: level k's backward applies level k+1.
 
     Level k takes the cotangents of level k-1's outputs and level k-1's inputs, and returns
@@ -485,7 +508,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable, masked: bool) ->
     from autograd at higher order. ``masked``: levels after the first compute only the gradients
     the running backward pass uses.
     """
-    chain = _nested_chain(expr, inputs, order, namer, stable)
+    chain = _nested_chain(outputs, inputs, order, namer, stable)
     # jvp is written in the differentiable inputs alone, like the last backward: under reverse-over-
     # forward (torch.func.hessian), autograd records it, and a constant would hide x from it
     forward_modes = [
@@ -528,7 +551,7 @@ def _nested(classes, expr, inputs, order, namer: Namer, stable, masked: bool) ->
     return tuple(functions)
 
 
-def _nested_chain(expr, inputs, order, namer: Namer, stable) -> list[_Link]:
+def _nested_chain(outputs, inputs, order, namer: Namer, stable) -> list[_Link]:
     """Each level's formulas: level k differentiates level k-1's results by its inputs.
 
     Each level's results are stabilised before the next level differentiates them: the next level
@@ -539,7 +562,7 @@ def _nested_chain(expr, inputs, order, namer: Namer, stable) -> list[_Link]:
     jvp and last backward) and stabilised again where printed (``_passed_values``, ``_forward_mode``).
     """
     names = tuple(str(x) for x in inputs)
-    results = (_output(namer.fresh("out"), for_differentiation(stable(expr)), inputs),)
+    results = tuple(_output(name, for_differentiation(stable(expr)), inputs) for name, expr in outputs)
     chain = []
     for level in range(order):
         cotangents = tuple(_cotangent_name(namer, level + 1, r) for r in results)
@@ -559,34 +582,36 @@ def _passed_values(chain: list[_Link], inputs, namer: Namer, stable) -> list[_Pa
 
     Level by level: a call among a level's formulas that later levels' formulas use again becomes
     a value of that level and is replaced by its name in the later formulas (larger calls first,
-    in one top-down pass). Level 0's output is itself such a value when it is a call (exp(x),
-    whose derivatives are exp(x)). A value no later level reads in the end is dropped.
+    in one top-down pass). Level 0's outputs are themselves such values when they are calls
+    (exp(x), whose derivatives are exp(x)). A value no later level reads in the end is dropped.
     """
-    output = chain[0].results[0].name
     current = [[stable(r.expr) for r in link.results] for link in chain]
+    outputs = {}  # level 0's outputs by formula (the first name where two outputs are equal)
+    for result, formula in zip(chain[0].results, current[0]):
+        outputs.setdefault(formula, result.name)
     found = []  # per level: its values (name, formula in terms of earlier values)
     for level in range(len(chain)):
         later = [f for fs in current[level + 1:] for f in fs]
         named = {}
         for value in symbolic.reused_calls(current[level], later, inputs):
             base = _describe(value)
-            is_output = level == 0 and value == current[0][0]
-            named[value] = output if is_output else namer.fresh(base, numbered=base == "t")
+            is_output = level == 0 and value in outputs
+            named[value] = outputs[value] if is_output else namer.fresh(base, numbered=base == "t")
         replacements = {value: _symbol(name) for value, name in named.items()}
         for j in range(level + 1, len(chain)):
             current[j] = [f.xreplace(replacements) for f in current[j]]
-        found.append([(name, value) for value, name in named.items() if name != output])
+        found.append([(name, value) for value, name in named.items() if name not in outputs.values()])
     reads = [
         set().union(*(f.free_symbols for f in current[level]), *(v.free_symbols for _, v in found[level]))
         for level in range(len(chain))
     ]
-    passing, earlier = [], []  # earlier: the values computed before a level, level 0's output first
+    passing, earlier = [], []  # earlier: the values computed before a level, level 0's outputs first
     for level in range(len(chain)):
         read_here_or_after, read_after = set().union(*reads[level:]), set().union(*reads[level + 1:])
         constants = tuple(name for name in earlier if _symbol(name) in read_here_or_after)
         values = tuple(Result(name, value) for name, value in found[level] if _symbol(name) in read_after)
         passing.append(_Passing(tuple(current[level]), constants, values))
-        earlier += [output] * (level == 0) + [name for name, _ in found[level]]
+        earlier += [r.name for r in chain[0].results] * (level == 0) + [name for name, _ in found[level]]
     return passing
 
 

@@ -166,7 +166,8 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
-        formula=_formula(plan.expr),
+        formula=_formula(plan.expr) if not spec.outputs else f"({', '.join(name for name, _ in spec.outputs)})",
+        output_formulas=[f"{name} = {_formula(expr)}" for (name, _), expr in zip(spec.outputs, plan.exprs)],
         derivatives=_derivative_lines(plan, spec.line_length),
         more_derivatives=plan.more_derivatives,
         strategy=plan.strategy,
@@ -183,12 +184,35 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         argument_checks=_argument_checks(spec),
         function=plan.local("function"),
         choice=_compile_choice(plan.entry),
-        call=f"{plan.local('function')}.apply({call_args})" + ("[0]" if plan.returns_first_only else ""),
+        call=_public_call(plan, f"{plan.local('function')}.apply({call_args})"),
+        returns=_returns(spec),
         ctx_inputs=plan.local("inputs"),
         ctx_output=plan.local("output"),
         broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
-        returns_first_only=plan.returns_first_only,
     ), spec.line_length)
+
+
+def _public_call(plan: ModulePlan, apply: str) -> str:
+    """What the public function returns: the spec's outputs of the entry Function's (the others
+    are values for backward), one tensor or a tuple, or stacked along a new last dimension."""
+    count, outputs = plan.returned, len(plan.entry.outputs)
+    vector = bool(plan.spec.outputs)  # a tuple, even of one output
+    if outputs > count:
+        apply += "[0]" if count == 1 and not vector else f"[:{count}]"
+    elif outputs == 1 and vector:
+        apply = f"({apply},)"
+    return f"torch.stack({apply}, dim=-1)" if plan.spec.stack else apply
+
+
+def _returns(spec) -> tuple[str, str]:
+    """The public function's return annotation and the docstring's Returns."""
+    shape = "the inputs' broadcast shape and promoted dtype"
+    if not spec.outputs:
+        return "torch.Tensor", f"The value, a tensor of {shape}."
+    names = ", ".join(name for name, _ in spec.outputs)
+    if spec.stack:
+        return "torch.Tensor", f"{names} stacked along a new last dimension: one tensor of {shape} and {len(spec.outputs)}."
+    return "tuple[torch.Tensor, ...]", f"{names}: a tuple of tensors of {shape}."
 
 
 @dataclass(frozen=True)
@@ -216,15 +240,24 @@ def _special_entries(printed: set[type]) -> list[SpecialEntry]:
 
 def composed_code(plan: ModulePlan) -> tuple[str, TorchPrinter]:
     """The expression written directly in torch ops (the tests' and the memory check's reference,
-    as a user writes it), and its printer (which knows whether it needs ``math``)."""
+    as a user writes it; a tuple of them, or stacked, for a vector-valued spec), and its printer
+    (which knows whether it needs ``math``)."""
     spec = plan.spec
     printer = TorchPrinter(spec.inputs, fold_sums=False, reference=True)
-    value = printer.doprint(plan.expr)
-    missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in plan.expr.free_symbols]
-    if missing or _param_choice_of_constant(plan.expr, spec):
+    values = [_composed_value(expr, spec, printer) for expr in plan.exprs]
+    if not spec.outputs:
+        return values[0], printer
+    joined = f"({', '.join(values)},)"
+    return (f"torch.stack({joined}, dim=-1)" if spec.stack else joined), printer
+
+
+def _composed_value(expr: sympy.Expr, spec, printer: TorchPrinter) -> str:
+    value = printer.doprint(expr)
+    missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in expr.free_symbols]
+    if missing or _param_choice_of_constant(expr, spec):
         # keep every input in the graph, so the reference has the broadcast shape and dtype
         value = f"{value} + 0 * ({' + '.join(spec.inputs)})"
-    return value, printer
+    return value
 
 
 def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
@@ -242,9 +275,9 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
 def render_tests(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
     value, printer = composed_code(plan)
-    accuracy = special.torch_error(plan.expr)
+    accuracy = max(special.torch_error(expr) for expr in plan.exprs)
     shapes = _test_shapes(len(spec.inputs))
-    other_params = other_param_values(plan.expr, spec.params, spec.inputs, spec.domain)
+    other_params = other_param_values(_every_formula(plan), spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
@@ -260,10 +293,16 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
             name: repr(_stability_points(bounds, explicit=name in spec.explicit_domain)) for name, bounds in spec.domain
         },
         strategy=plan.strategy,
-        boundaries={name: repr(values) for name, values in boundaries(plan.expr, spec).items()},
+        boundaries={name: repr(values) for name, values in boundaries(_every_formula(plan), spec).items()},
         accuracy=repr(accuracy) if accuracy else None,
-        specials=bool(plan.expr.atoms(special.SpecialFunctionBase)),
+        specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
     ), spec.line_length)
+
+
+def _every_formula(plan: ModulePlan) -> sympy.Expr:
+    """The formula, or the outputs' formulas as one sum (unevaluated): finite where each is, with
+    each one's conditions."""
+    return plan.expr if len(plan.exprs) == 1 else sympy.Add(*plan.exprs, evaluate=False)
 
 
 def render_init(names: list[str], specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
@@ -667,21 +706,21 @@ def _derivative_lines(plan: ModulePlan, width: int) -> list[str]:
     """``df/dx = formula`` per documented derivative; a formula too long to read (or to wrap at
     spaces within ``width``) is replaced by its operation count."""
     lines = []
-    for index, derivative in plan.derivatives:
+    for function, index, derivative in plan.derivatives:
         text = formula(derivative)
-        line = f"{_label(index)} = {text}"
+        line = f"{_label(index, function)} = {text}"
         if len(text) > MAX_DOC_FORMULA or not fits(line, width, DERIVATIVE_INDENT, DERIVATIVE_HANGING):
             text = f"({sympy.count_ops(derivative)} operations; see the generated formulas below)"
-        lines.append(f"{_label(index)} = {text}")
+        lines.append(f"{_label(index, function)} = {text}")
     return lines
 
 
-def _label(index: tuple[str, ...]) -> str:
-    """d2f/dx2, d3f/dx2dy: the partial derivative by each variable in ``index``."""
+def _label(index: tuple[str, ...], function: str = "f") -> str:
+    """d2f/dx2, d3f/dx2dy: the partial derivative of ``function`` by each variable in ``index``."""
     order = len(index)
     parts = []
     for name in dict.fromkeys(index):
         count = index.count(name)
         parts.append(f"d{name}{count if count > 1 else ''}")
-    top = f"d{order}f" if order > 1 else "df"
+    top = f"d{order}{function}" if order > 1 else f"d{function}"
     return f"{top}/{''.join(parts)}"

@@ -54,7 +54,7 @@ def show_text(path: Path, latex: bool = False, bounds=None) -> str:
     fmt = LATEX if latex else UNICODE
     levels = _levels(plan)
     lines = [f"{spec.name}: {spec.path}"] + ([spec.doc] if spec.doc else [])
-    lines += ["", "Formula", f"  f({', '.join(spec.inputs)}) = {_formula(plan.expr, fmt)}"]
+    lines += ["", "Formula", *_formula_lines(plan, fmt)]
     lines += ["", f"Derivatives (up to order {spec.order})", *_derivative_lines(plan, fmt)]
     lines += ["", "Strategy", f"  {plan.strategy}: {plan.reason}"]
     lines += ["", f"Generated Functions ({len(levels)})"]
@@ -63,6 +63,16 @@ def show_text(path: Path, latex: bool = False, bounds=None) -> str:
     lines += ["", "Operations per level (SymPy's count_ops of each block's formulas)"]
     lines += [f"  {name}: {ops}" for name, ops in _ops_per_level(levels)]
     return "\n".join(lines) + "\n"
+
+
+def _formula_lines(plan, fmt) -> list[str]:
+    """f(x) = ..., or one line per output of a vector-valued spec."""
+    arguments = ", ".join(plan.spec.inputs)
+    if not plan.spec.outputs:
+        return [f"  f({arguments}) = {_formula(plan.expr, fmt)}"]
+    shape = " (stacked along a new last dimension)" if plan.spec.stack else ""
+    lines = [f"  {plan.spec.name}({arguments}) = ({', '.join(name for name, _ in plan.spec.outputs)}){shape}"]
+    return lines + [f"  {name} = {_formula(expr, fmt)}" for (name, _), expr in zip(plan.spec.outputs, plan.exprs)]
 
 
 def _bounded_plan(spec, bounds):
@@ -151,22 +161,22 @@ def _ops_per_level(levels: list[Level]) -> list[tuple[str, int]]:
 
 def _derivative_lines(plan, fmt) -> list[str]:
     lines = []
-    for index, derivative in plan.derivatives:
-        lines.append(f"  order {len(index)}  {_label(index, fmt is LATEX)} = {_formula(derivative, fmt)}")
+    for function, index, derivative in plan.derivatives:
+        lines.append(f"  order {len(index)}  {_label(index, fmt is LATEX, function)} = {_formula(derivative, fmt)}")
     if plan.more_derivatives:
         lines.append(f"  ... and {plan.more_derivatives} more partial derivatives")
     return lines
 
 
-def _label(index: tuple[str, ...], latex: bool) -> str:
-    """∂²f/∂x∂y, or its LaTeX: the partial derivative by each variable in ``index``."""
+def _label(index: tuple[str, ...], latex: bool, function: str = "f") -> str:
+    """∂²f/∂x∂y, or its LaTeX: the partial derivative of ``function`` by each variable in ``index``."""
     order = len(index)
     counts = {name: index.count(name) for name in dict.fromkeys(index)}
     if latex:
-        top = f"\\partial^{{{order}}} f" if order > 1 else "\\partial f"
+        top = f"\\partial^{{{order}}} {_latex_name(function)}" if order > 1 else f"\\partial {_latex_name(function)}"
         bottom = " ".join(f"\\partial {_latex_name(n)}" + (f"^{{{k}}}" if k > 1 else "") for n, k in counts.items())
         return f"\\frac{{{top}}}{{{bottom}}}"
-    top = f"∂{_superscript(order)}f" if order > 1 else "∂f"
+    top = f"∂{_superscript(order)}{function}" if order > 1 else f"∂{function}"
     return top + "/" + "".join(f"∂{n}{_superscript(k) if k > 1 else ''}" for n, k in counts.items())
 
 

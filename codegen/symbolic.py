@@ -163,12 +163,12 @@ def calls_on(expr: sympy.Expr, inputs) -> bool:
     )
 
 
-def shared_values(forward: sympy.Expr, derivatives: list[sympy.Expr], inputs) -> tuple[sympy.Expr, ...]:
-    """The function calls of ``forward`` whose values its derivatives reuse (the tutorial's exp(x)).
+def shared_values(forwards: list[sympy.Expr], derivatives: list[sympy.Expr], inputs) -> tuple[sympy.Expr, ...]:
+    """The function calls of ``forwards`` whose values their derivatives reuse (the tutorial's exp(x)).
 
-    The forward value itself is never one: it is saved as the output (``reused_calls``).
+    A forward value itself is never one: it is saved as an output (``reused_calls``).
     """
-    return reused_calls([forward], derivatives, inputs, whole=False)
+    return reused_calls(list(forwards), derivatives, inputs, whole=False)
 
 
 def reused_calls(formulas: list[sympy.Expr], later: list[sympy.Expr], inputs, whole: bool = True):

@@ -40,12 +40,14 @@ def import_path(path: Path):
 
 def derivative_chain(fn, inputs, order, seed, params=None):
     """[value, grads of order 1, ..., grads of order ``order``], each level contracted with the same
-    fixed random cotangents whatever ``fn`` is, so that every mixed partial takes part."""
+    fixed random cotangents whatever ``fn`` is, so that every mixed partial takes part (a vector-valued
+    function's value is its tuple of outputs, each with its own cotangent)."""
     params = params or {}
     generator = torch.Generator().manual_seed(seed)
     value = fn(*inputs, **params)
     chain = [value]
-    scalar = (value * torch.randn(value.shape, generator=generator, dtype=torch.float64).to(value.dtype)).sum()
+    scalar = sum((v * torch.randn(v.shape, generator=generator, dtype=torch.float64).to(v.dtype)).sum()
+                 for v in (value if isinstance(value, tuple) else (value,)))
     for _ in range(order):
         if scalar.requires_grad:
             grads = torch.autograd.grad(scalar, inputs, create_graph=True, allow_unused=True, materialize_grads=True)

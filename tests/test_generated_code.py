@@ -196,6 +196,12 @@ def test_module_docstring_shows_formula_and_each_derivative(path):
     doc = ast.get_docstring(ast.parse(path.read_text()))
     assert doc.startswith(f"{spec['name']}(")
     inputs = spec["inputs"]
+    if "outputs" in spec:  # each output's formula, then the first one's derivatives (at most 24 are shown)
+        first = next(iter(spec["outputs"]))
+        assert " ".join(doc.split("\n\n", 1)[0].split()).endswith(f"= ({', '.join(spec['outputs'])})")
+        assert all(f"\n    {name} = " in doc for name in spec["outputs"])
+        assert all(f"d{first}/d{name} = " in doc for name in inputs)
+        return
     assert all(f"df/d{name} = " in doc for name in inputs)
     if len(inputs) == 1:
         for k in range(2, spec["order"] + 1):
@@ -212,7 +218,8 @@ def test_public_function_has_type_hints_and_documents_every_argument(name, build
     spec, module = _spec_of(path), import_path(path)
     function = getattr(module, name)
     signature = inspect.signature(function)
-    assert signature.return_annotation == "torch.Tensor" or signature.return_annotation is torch.Tensor
+    returned = tuple[torch.Tensor, ...] if "outputs" in spec and not spec.get("stack") else torch.Tensor
+    assert signature.return_annotation in (returned, str(returned).replace("<class 'torch.Tensor'>", "torch.Tensor"))
     params = spec.get("params") or {}
     assert list(signature.parameters) == [*spec["inputs"], *params]
     for x in spec["inputs"]:
@@ -229,7 +236,12 @@ def test_public_function_has_type_hints_and_documents_every_argument(name, build
     for param, default in params.items():
         assert f"default {float(default)!r}" in " ".join(args.split()), args
     assert "\nReturns:\n    " in doc
-    formula = " ".join(module.__doc__.split("\n\n", 1)[0].split(" = ", 1)[1].split())
+    if "outputs" in spec:  # the outputs' formulas, one per line: the second's (the first may be a number)
+        second = list(spec["outputs"])[1]
+        line = next(line for line in module.__doc__.splitlines() if line.startswith(f"    {second} = "))
+        formula = " ".join(line.split(" = ", 1)[1].split())
+    else:
+        formula = " ".join(module.__doc__.split("\n\n", 1)[0].split(" = ", 1)[1].split())
     assert f"= {formula}" not in " ".join(doc.split())
     tree = ast.parse(path.read_text())
     docstrings = [ast.get_docstring(node) or "" for node in ast.walk(tree)
