@@ -33,12 +33,14 @@ FULL = {
     "pinn": (("tanh", "sin", "mish", "silu", "gelu_tanh", "adaptive_tanh"), (1000, 10000)),
     "force": (("lj", "morse"), (512, 1728)),
     "wgan": (("silu", "mish", "tanh"), (256, 2048)),
-    "sweep": (("mish", "silu", "tanh"), tuple(2**k for k in range(8, 23, 2))),
+    "sh": (("spherical_harmonics",), (1000, 10000, 100000)),
+    "sweep": (("mish", "silu", "tanh", "spherical_harmonics"), tuple(2**k for k in range(8, 23, 2))),
 }
 QUICK = {
     "pinn": (("tanh", "mish"), (200,)),
     "force": (("lj", "morse"), (64,)),
     "wgan": (("silu",), (64,)),
+    "sh": (("spherical_harmonics",), (64,)),
     "sweep": (("mish",), (2**8, 2**12)),
 }
 
@@ -96,7 +98,7 @@ def main(argv=None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="pinn,force,wgan,sweep")
+    parser.add_argument("--workloads", default="pinn,force,wgan,sh,sweep")
     parser.add_argument("--functions", default="", help="only these functions (comma-separated)")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--threads", default="1", help="comma-separated; 0 = torch's default")

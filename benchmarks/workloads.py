@@ -12,6 +12,9 @@ optimizer would take (nothing is updated, so every variant and repeat sees the s
   energy, its gradient in the potential's parameters (mixed second derivatives).
 - ``wgan``: a WGAN-GP critic step: the gradient penalty ((|grad_x D(x)| - 1)**2) on interpolates,
   backpropagated into the critic's weights (the activation's second derivative).
+- ``sh``: an equivariant potential's step: real spherical harmonics of edge vectors (l <= 2),
+  an energy tanh(Y @ W) summed, forces -dE/dvec with create_graph, a loss on them and its
+  gradient in W (mixed second derivatives of the nine harmonics).
 - ``sweep``: one W3 of the function alone on N elements (``dbgen bench``'s workload), for the
   per-call cost at every size.
 """
@@ -159,6 +162,22 @@ def wgan(function: str, batch: int, dtype: torch.dtype, seed: int = 0) -> Case:
     return Case("wgan", function, batch, batch * 128, step, [real, fake, interpolates, *params])
 
 
+def sh(function: str, edges: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    generator = _generator(seed)
+    vectors = (torch.randn(edges, 3, generator=generator, dtype=torch.float64) * 1.5).to(dtype).requires_grad_()
+    weight = (torch.randn(9, 16, generator=generator, dtype=torch.float64) / 3).to(dtype).requires_grad_()
+    target = torch.randn(edges, 3, generator=generator, dtype=torch.float64).to(dtype)
+
+    def step(fn):
+        harmonics = torch.stack(fn(*vectors.unbind(-1)), dim=-1)
+        energy = torch.tanh(harmonics @ weight).sum()
+        (gradient,) = torch.autograd.grad(energy, vectors, create_graph=True)
+        loss = (gradient + target).pow(2).mean()  # forces are -gradient
+        return loss, torch.autograd.grad(loss, [weight])
+
+    return Case("sh", function, edges, edges, step, [vectors, weight, target])
+
+
 def sweep(function: str, size: int, dtype: torch.dtype, seed: int = 0) -> Case:
     """One W3 of the function on ``size`` elements: its gradients with create_graph, then theirs.
     The 'loss' is the sum of the second-order gradients (as bench contracts them with cotangents)."""
@@ -173,4 +192,4 @@ def sweep(function: str, size: int, dtype: torch.dtype, seed: int = 0) -> Case:
     return Case("sweep", function, size, size, step, list(inputs.tensors))
 
 
-WORKLOADS = {"pinn": pinn, "force": force, "wgan": wgan, "sweep": sweep}
+WORKLOADS = {"pinn": pinn, "force": force, "wgan": wgan, "sh": sh, "sweep": sweep}
