@@ -183,3 +183,17 @@ def test_random_vector_specs_match_autograd_through_their_trees(case):
         scale = max(1.0, max(float(w.detach().abs().max()) for w in want))
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-8 * scale, msg=lambda m, o=level: f"order {o}: {m}")
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+def test_a_fused_vector_spec_compiles_and_gives_eager_numbers(tmp_path, strategy):
+    """fuse: true: each level's outputs come out of one compiled kernel; its generated test
+    compares them, every order, with eager float32 and float64."""
+    from helpers import import_path
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    build_spec(tmp_path, **{**SPEC, "order": 2, "fuse": True}, strategy=strategy)
+    tests = import_path(tmp_path / "out" / "tests" / "test_polar_mix.py")
+    tests.test_fused_levels_give_eager_numbers_in_float32()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
