@@ -211,7 +211,8 @@ def _returns(spec) -> tuple[str, str]:
         return "torch.Tensor", f"The value, a tensor of {shape}."
     names = ", ".join(name for name, _ in spec.outputs)
     if spec.stack:
-        return "torch.Tensor", f"{names} stacked along a new last dimension: one tensor of {shape} and {len(spec.outputs)}."
+        return "torch.Tensor", (f"{names} stacked along a new last dimension: one tensor of shape (*broadcast "
+                                f"shape, {len(spec.outputs)}), in the inputs' promoted dtype.")
     return "tuple[torch.Tensor, ...]", f"{names}: a tuple of tensors of {shape}."
 
 
