@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import import_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "generated"
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not installed
-from benchmarks.functions import e3nn_spherical_harmonics  # noqa: E402
+from benchmarks.functions import e3nn_spherical_harmonics
 
 
 def _module(name: str):

@@ -8,31 +8,39 @@ computed once, and an unused output's terms are not computed.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import build_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_properties import (
+    STRATEGIES,
+    R,
+    _max_order,
+    build_or_reject,
+    evaluate,
+    scaled,
+    text,
+    trees,
+)
 
 from codegen.bench import OpCounter
-from helpers import build_spec
-from test_properties import R, STRATEGIES, _max_order, build_or_reject, evaluate, scaled, text, trees
 
-SPEC = dict(
-    name="polar_mix",
-    inputs=["x", "y"],
-    outputs={
+SPEC = {
+    "name": "polar_mix",
+    "inputs": ["x", "y"],
+    "outputs": {
         "radius": "sqrt(x**2 + y**2)",
         "angle": "atan2(y, x)",
         "damped": "exp(-x) * cos(y) * sqrt(x**2 + y**2)",
         "one": "1",
     },
-    order=3,
-    domain={"x": [0.5, 2.0], "y": [-1.5, 1.5]},
-)
+    "order": 3,
+    "domain": {"x": [0.5, 2.0], "y": [-1.5, 1.5]},
+}
 SINGLE_LEVEL = ["save_inputs", "save_outputs", "intermediates"]
 
 
@@ -116,7 +124,7 @@ def _kernel_ops(work) -> dict[str, int]:
 
 @pytest.mark.parametrize("strategy", [*SINGLE_LEVEL, "nested"])
 def test_a_call_two_outputs_share_is_computed_once(tmp_path, strategy):
-    spec = dict(name="pair", inputs=["x", "y"], outputs={"a": "exp(x) * y", "b": "exp(x) + y"}, order=2)
+    spec = {"name": "pair", "inputs": ["x", "y"], "outputs": {"a": "exp(x) * y", "b": "exp(x) + y"}, "order": 2}
     module = build_spec(tmp_path, **spec, strategy=strategy)
     x, y = _inputs()
     assert _kernel_ops(lambda: module.pair(x, y))["exp"] == 1
@@ -179,7 +187,7 @@ def test_random_vector_specs_match_autograd_through_their_trees(case):
                for _ in inputs]
     expected = _chain(reference, tensors, order, used)
     actual = _chain(module.prop, tensors, order, used)
-    for level, (got, want) in enumerate(itertools.chain(zip(actual, expected)), start=1):
+    for level, (got, want) in enumerate(zip(actual, expected), start=1):
         scale = max(1.0, max(float(w.detach().abs().max()) for w in want))
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-8 * scale, msg=lambda m, o=level: f"order {o}: {m}")
