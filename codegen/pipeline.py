@@ -257,20 +257,13 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
     """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use); with
     ``check_domain``, a spec not finite on its domain is refused first (domain.py)."""
     from .branches import guard
-    from .expr import ExprError, parse_expr
     from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
 
-    if not spec.outputs:
-        try:
-            expr = parse_expr(spec.expr, spec.inputs, spec.param_names)
-        except ExprError as exc:
-            raise SpecErrors([spec.problem("expr", f"expr: {exc}")]) from None
-        guarded = guard(expr, spec)
-    else:
-        guarded = tuple(guard(_parsed_output(spec, name, text), spec) for name, text in spec.outputs)
-    formulas = tuple(zip(_formula_keys(spec), guarded if spec.outputs else (guarded,)))
+    keys = _formula_keys(spec)
+    formulas = tuple((key, guard(_parsed(spec, key, text), spec)) for key, (_, text) in zip(keys, spec.formulas))
+    guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
     plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=excess)
     if not checked:
@@ -286,13 +279,14 @@ def _formula_keys(spec: Spec) -> tuple[str, ...]:
     return tuple(f"outputs.{name}" for name, _ in spec.outputs) or ("expr",)
 
 
-def _parsed_output(spec: Spec, name: str, text: str):
+def _parsed(spec: Spec, key: str, text: str):
+    """The formula at ``key`` (expr, or outputs.NAME) as SymPy; a problem on its line if it fails."""
     from .expr import ExprError, parse_expr
 
     try:
         return parse_expr(text, spec.inputs, spec.param_names)
     except ExprError as exc:
-        raise SpecErrors([spec.problem(f"outputs.{name}", f"outputs.{name}: {exc}")]) from None
+        raise SpecErrors([spec.problem(key, f"{key}: {exc}")]) from None
 
 
 def _domain_checked(spec: Spec, expr, key: str = "expr") -> bool:

@@ -86,7 +86,7 @@ class FunctionPlan:
     constants: tuple[str, ...] = ()
     values: tuple[str, ...] = ()
     # nested, a level after the first (not fused): its last argument says which of its gradients the
-    # caller's backward pass uses (``_needed``); the others it leaves out and returns as None
+    # caller's backward pass uses (``_needed_gradients``); the others it leaves out and returns as None
     masked: bool = False
 
     @property

@@ -525,7 +525,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         # an edge back to this Function would only make autograd run it again on zeros
         passed = [f"{name}.detach()" if name in fn.differentiable_outputs else name for name in nxt.inputs]
         # the next level computes only the gradients this pass uses
-        mask = [f"_needed_gradients(ctx, {', '.join(map(repr, fn.differentiable_inputs))})"] if nxt.masked else []
+        mask = [_needed_call(fn)] if nxt.masked else []
         args = ", ".join([*passed, *(f"ctx.{ctx_name(name)}" for name in params), *mask])
         level = plan.local("level")
         lines.append(f"{level} = {_compile_choice(nxt)}")
@@ -549,12 +549,17 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     in_scope = (*fn.cotangents, *fn.saved)
     if len(fn.backward.results) > 1 and not plan.spec.fuse:
         needed = plan.local("needed")
-        lines.append(f"{needed} = _needed_gradients(ctx, {', '.join(map(repr, fn.differentiable_inputs))})")
+        lines.append(f"{needed} = {_needed_call(fn)}")
         guards = {r.name: f"{r.grad_of!r} in {needed}" for r in fn.backward.results}
         lines += _guarded_lines(fn.backward, guards, printer, in_scope, forward=False)
     else:
         lines += _block_lines(fn.backward, printer, in_scope=in_scope, anchor=fn.cotangents[0], forward=False)
     return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
+
+
+def _needed_call(fn: FunctionPlan) -> str:
+    """The names of ``fn``'s inputs whose gradient the running backward pass uses (a set)."""
+    return f"_needed_gradients(ctx, {', '.join(map(repr, fn.differentiable_inputs))})"
 
 
 def _guarded_lines(block: Block, guards: dict[str, str], printer: TorchPrinter, in_scope, forward: bool) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import import_path
+from helpers import derivative_chain, import_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = ROOT / "generated"
@@ -27,19 +27,6 @@ from benchmarks.functions import e3nn_spherical_harmonics
 
 def _module(name: str):
     return import_path(GENERATED / f"{name}.py")
-
-
-def _chain(fn, inputs, order: int, seed: int = 0):
-    """The outputs, then gradients of every order for random cotangents on every output."""
-    generator = torch.Generator().manual_seed(seed)
-    outputs = fn(*inputs)
-    levels = [outputs]
-    scalar = sum((o * torch.randn(o.shape, generator=generator, dtype=torch.float64)).sum() for o in outputs)
-    for _ in range(order):
-        grads = torch.autograd.grad(scalar, inputs, create_graph=True, allow_unused=True, materialize_grads=True)
-        levels.append(grads)
-        scalar = sum((g * torch.randn(g.shape, generator=generator, dtype=torch.float64)).sum() for g in grads)
-    return levels
 
 
 def _assert_levels_close(actual, expected, rtol=1e-10, atol=1e-12):
@@ -59,7 +46,8 @@ def test_spherical_harmonics_are_e3nns_to_third_order():
     """Order 2 is the spec's; the third comes from autograd through its differentiable backward."""
     module = _module("spherical_harmonics")
     inputs = _vectors(200)
-    _assert_levels_close(_chain(module.spherical_harmonics, inputs, 3), _chain(e3nn_spherical_harmonics, inputs, 3),
+    _assert_levels_close(derivative_chain(module.spherical_harmonics, inputs, 3, seed=0),
+                         derivative_chain(e3nn_spherical_harmonics, inputs, 3, seed=0),
                          rtol=1e-9, atol=1e-10)
 
 
@@ -95,7 +83,8 @@ def test_bessel_basis_is_pytorch_geometrics_dimenet_basis_scaled(rc):
     def scaled_reference(r):
         return tuple(scale * value for value in pyg_dimenet_basis(r, rc))
 
-    _assert_levels_close(_chain(lambda r: module.bessel_basis(r, rc=rc), [r], 2), _chain(scaled_reference, [r], 2))
+    _assert_levels_close(derivative_chain(module.bessel_basis, [r], 2, seed=0, params={"rc": rc}),
+                         derivative_chain(scaled_reference, [r], 2, seed=0))
     beyond = torch.stack(module.bessel_basis(torch.tensor([rc, rc + 0.5], dtype=torch.float64), rc=rc))
     assert bool((beyond == 0).all())
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import build_spec
+from helpers import build_spec, derivative_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import (
@@ -56,22 +56,10 @@ def _inputs(seed: int = 0):
     return [x.requires_grad_(), y.requires_grad_()]
 
 
-def _chain(fn, inputs, order: int, used, seed: int = 3):
-    """Gradients of every order: random cotangents on the outputs in ``used`` (the others are not
-    used at all), then on each order's gradients."""
-    generator = torch.Generator().manual_seed(seed)
-    outputs = fn(*inputs)
-    scalar = sum((outputs[k] * torch.randn(outputs[k].shape, generator=generator, dtype=torch.float64)).sum()
-                 for k in used)
-    chain = []
-    for _ in range(order):
-        if scalar.requires_grad:
-            grads = torch.autograd.grad(scalar, inputs, create_graph=True, allow_unused=True, materialize_grads=True)
-        else:  # the derivatives vanish from here on (the constant output)
-            grads = tuple(torch.zeros_like(x) for x in inputs)
-        chain.append(grads)
-        scalar = sum((g * torch.randn(g.shape, generator=generator, dtype=torch.float64)).sum() for g in grads)
-    return chain
+def _chain(fn, inputs, order: int, used):
+    """Gradients of every order (``derivative_chain``, random cotangents) with only the outputs in
+    ``used`` taking part: the others are not used at all."""
+    return derivative_chain(lambda *xs: tuple(fn(*xs)[k] for k in used), inputs, order, seed=3)[1:]
 
 
 @pytest.fixture(scope="module", params=[*SINGLE_LEVEL, "nested", "auto"])
