@@ -24,7 +24,7 @@ import math
 import mpmath
 import sympy
 
-from . import limits, special, symbolic, write
+from . import external, limits, special, symbolic, write
 from .errors import SpecErrors
 from .printer import formula
 from .spec import DEFAULT_DOMAIN, Spec
@@ -58,7 +58,13 @@ def _functions() -> dict:
         "sigmoid": _sigmoid, "softplus": _softplus, **_GUARDS,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
         **special.FLOAT_VALUES,
+        **{name: _in_floats(cls.exact) for name, cls in external.SCIPY.items()},
     }
+
+
+def _in_floats(exact):
+    """An mpmath function on floats (ValueError where it has no real value, as math's)."""
+    return lambda *args: special.real_float(exact(*args))
 
 
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
@@ -67,6 +73,7 @@ UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises o
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
                     **_GUARDS, **{cls.__name__: cls.exact for cls in special.ALL},
+                    **{name: cls.exact for name, cls in external.SCIPY.items()},
                     "xlogy": lambda x, y: 0 if x == 0 else x * mpmath.log(y)}
 
 

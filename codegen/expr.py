@@ -16,12 +16,20 @@ import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
-from . import special
+from . import external, special
 from .language import NOT_YET
 
 
 class ExprError(ValueError):
     """A problem in an ``expr`` string, with a message a user can act on."""
+
+
+class DerivativeError(ExprError):
+    """A problem in the derivative formula ``index`` of the spec's ``extern`` named ``extern``."""
+
+    def __init__(self, message: str, extern: str, index: int):
+        super().__init__(message)
+        self.extern, self.index = extern, index
 
 
 class sigmoid(sympy.Function):  # noqa: N801 - printed as the user wrote it
@@ -104,15 +112,17 @@ FUNCTIONS: dict[str, tuple[object, int]] = {
     "clamp": (lambda x, lo, hi: sympy.Piecewise((hi, sympy.Or(x > hi, lo > hi)), (lo, x < lo), (x, True)), 3),
     "relu": (lambda x: sympy.Piecewise((x, x > 0), (0, True)), 1),
     **special.FUNCTIONS,
+    **{name: (cls, cls.arity) for name, cls in external.SCIPY.items()},
 }
 # Arguments that are conditions (comparisons, and/or/not of them); every other argument is a number,
 # and a condition given where a number is wanted is its 0/1 indicator.
 CONDITION_ARGUMENTS = {"where": (0,)}
-# Arguments that must be a non-negative integer written as a literal: polygamma's order.
-LITERAL_ARGUMENTS = {"polygamma": 0}
+# Arguments that must be a non-negative integer written as a literal: polygamma's order, expn's n.
+LITERAL_ARGUMENTS = {"polygamma": 0, **external.LITERAL_ARGUMENTS}
 USAGE = {"where": "where(cond, a, b): a where cond holds, else b", "min": "min(a, b)", "max": "max(a, b)",
          "clamp": "clamp(x, lo, hi)", "atan2": "atan2(y, x)",
-         "polygamma": "polygamma(n, x), n a whole number such as 1", "xlogy": "xlogy(x, y), x*log(y) and 0 where x is 0"}
+         "polygamma": "polygamma(n, x), n a whole number such as 1", "xlogy": "xlogy(x, y), x*log(y) and 0 where x is 0",
+         **{name: cls.usage for name, cls in external.SCIPY.items()}}
 CONSTANTS = {"pi": sympy.pi, "E": sympy.E}
 
 MAX_CHARS = 2000
@@ -142,17 +152,35 @@ _NODE_TEXT = {
 }
 
 
-def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...] | None) -> sympy.Expr:
+def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...] | None, externs=()) -> sympy.Expr:
     """Parse ``text`` into a real SymPy expression of the given input and param symbols.
 
     ``inputs`` or ``params`` None means they are not known (missing or invalid in the spec): every
     name is then taken for a symbol, so that everything else in the expression is still checked.
+    ``externs``: the spec's declared functions (``spec.Extern``), callable like the language's.
     """
+    return _parse(text, inputs, params, external.declared_functions(tuple(externs)) if externs else {})
+
+
+def parse_derivative(extern, index: int, text: str, classes: dict[str, type]) -> sympy.Expr:
+    """The derivative formula ``index`` of a declared extern, in its arguments: those with a
+    derivative are differentiable, the others numbers or params; DerivativeError otherwise."""
+    differentiable = tuple(arg for arg, d in zip(extern.args, extern.derivatives) if d is not None)
+    constant = tuple(arg for arg, d in zip(extern.args, extern.derivatives) if d is None)
+    try:
+        return _parse(text, differentiable, constant, classes)
+    except ExprError as exc:
+        raise DerivativeError(str(exc), extern.name, index) from None
+
+
+def _parse(text: str, inputs, params, declared: dict[str, type]) -> sympy.Expr:
     tree = _parse_bounded(text)
     names_known = inputs is not None and params is not None
     inputs, params = inputs or (), params or ()
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
-    result = number(_Builder(symbols, inputs, params, names_known).build(tree.body))  # a bare condition: 0/1
+    functions = {**FUNCTIONS, **{name: (cls, cls.arity) for name, cls in declared.items()}}
+    builder = _Builder(symbols, inputs, params, names_known, functions)
+    result = number(builder.build(tree.body))  # a bare condition: 0/1
     _check_result(result)
     _check_constants(result)
     return result
@@ -308,7 +336,7 @@ def _float_value(expr: sympy.Expr) -> float:
         value = math.pow(_float_value(expr.base), _float_value(expr.exp))
     elif expr.func in _FLOAT_FUNCTIONS:
         value = _FLOAT_FUNCTIONS[expr.func](*(_float_value(arg) for arg in expr.args))
-    elif isinstance(expr, special.SpecialFunctionBase):
+    elif isinstance(expr, (special.SpecialFunctionBase, external.ScipyFunctionBase)):
         value = special.real_float(expr.exact(*(_float_value(arg) for arg in expr.args)))
     else:
         raise _NoFloatMeaning(type(expr).__name__)
@@ -325,7 +353,9 @@ def _short(expr: sympy.Expr) -> str:
 class _Builder:
     """Builds SymPy objects from allowed ``ast`` nodes; refuses everything else by name."""
 
-    def __init__(self, symbols: dict[str, sympy.Symbol], inputs, params, names_known: bool = True):
+    def __init__(self, symbols: dict[str, sympy.Symbol], inputs, params, names_known: bool = True,
+                 functions=None):
+        self.functions = FUNCTIONS if functions is None else functions
         self.symbols = symbols
         self.inputs = inputs
         self.params = params
@@ -371,7 +401,7 @@ class _Builder:
             return self.symbols[name]
         if name in CONSTANTS:
             return CONSTANTS[name]
-        if name in FUNCTIONS:
+        if name in self.functions:
             raise ExprError(f"'{name}' is a function; call it, as in {name}(x)")
         if not self.names_known:
             return self.symbols.setdefault(name, sympy.Symbol(name, real=True))
@@ -448,14 +478,15 @@ class _Builder:
                 raise ExprError("attribute access (a.b) is not allowed; call the language's functions by bare name")
             raise ExprError("only the language's functions can be called, by name, as in exp(x)")
         name = node.func.id
-        if name not in FUNCTIONS:
+        if name not in self.functions:
             if name in NOT_YET and name not in self.symbols:
                 raise ExprError(f"'{name}' is {NOT_YET[name]}")
             what = "an input or param, not a function" if name in self.symbols else "not a function of the language"
-            raise ExprError(f"'{name}' is {what}{_hint(name, FUNCTIONS)}; the functions are: {', '.join(FUNCTIONS)}")
+            raise ExprError(f"'{name}' is {what}{_hint(name, self.functions)}; the functions are: "
+                            f"{', '.join(self.functions)} (declare your own under extern:)")
         if node.keywords or any(isinstance(arg, ast.Starred) for arg in node.args):
             raise ExprError(f"{name}() takes plain positional arguments only")
-        function, arity = FUNCTIONS[name]
+        function, arity = self.functions[name]
         if len(node.args) != arity:
             plural = "s" if arity != 1 else ""
             usage = f"; write {USAGE[name]}" if name in USAGE else ""
@@ -464,11 +495,33 @@ class _Builder:
         args = [condition(self.build(arg), f"{name}()'s first argument") if index in conditions
                 else _literal(name, arg) if LITERAL_ARGUMENTS.get(name) == index
                 else number(self.build(arg)) for index, arg in enumerate(node.args)]
+        if isinstance(function, type) and issubclass(function, external.ExternalFunctionBase):
+            self._check_constant_arguments(name, function, args, node.args)
         return function(*args)
+
+    def _check_constant_arguments(self, name: str, function: type, args, nodes) -> None:
+        """An external function is not differentiated in its order or parameter argument (jv's
+        nu, a declared argument whose derivative is null): it must not depend on an input."""
+        if not self.names_known:
+            return
+        inputs = {self.symbols[x] for x in self.inputs}
+        for index in function.constant:
+            found = sorted(str(s) for s in args[index].free_symbols & inputs)
+            if not found:
+                continue
+            if issubclass(function, external.UserExternBase):
+                argument = f"argument {function.declaration.args[index]}"
+                why = f"its derivative in extern.{name}.derivatives is null"
+            else:
+                argument = "first argument" if index == 0 else f"argument {index + 1}"
+                why = f"dbgen does not differentiate {name} in it; write {function.usage}"
+            raise ExprError(f"{name}()'s {argument} must be a number or a param, not {ast.unparse(nodes[index])}, "
+                            f"which depends on {', '.join(found)} ({why})")
 
 
 def _literal(name: str, node: ast.expr) -> sympy.Integer:
-    """polygamma's n: a whole number written in the spec (torch.polygamma takes a Python int)."""
+    """polygamma's and expn's n: a whole number written in the spec (torch.polygamma and
+    scipy.special.expn take an integer)."""
     value = node.value if isinstance(node, ast.Constant) else None
     if type(value) is int and 0 <= value <= special.MAX_POLYGAMMA_ORDER:
         return sympy.Integer(value)

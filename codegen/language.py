@@ -17,6 +17,14 @@ FUNCTION_ARITY = {
     "modified_bessel_i0": 1, "modified_bessel_i1": 1, "modified_bessel_k0": 1, "modified_bessel_k1": 1,
     "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
 }
+# SciPy's special functions (v2, section 6): computed by scipy.special outside autograd, so a spec
+# that calls one is generated nested (external.py); the first of two arguments is a number or a param
+SCIPY_ARITY = {
+    "jv": 2, "yv": 2, "iv": 2, "kv": 2, "ive": 2, "kve": 2, "expi": 1, "expn": 2, "gammainc": 2, "gammaincc": 2,
+    "lambertw": 1, "zeta": 2, "fresnel_s": 1, "fresnel_c": 1, "airy_ai": 1, "airy_ai_prime": 1, "airy_bi": 1,
+    "airy_bi_prime": 1, "struve": 2, "ellipk": 1, "ellipe": 1,
+}
+FUNCTION_ARITY.update(SCIPY_ARITY)
 PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
 CONSTANT_NAMES = ("pi", "E")
 
@@ -24,7 +32,9 @@ CONSTANT_NAMES = ("pi", "E")
 # a did-you-mean, which would be wrong (min is not sin). Where the language can already say it,
 # the hint gives the formula; the formulas are exact.
 _PIECEWISE = "not in the language; write it with where(cond, a, b), min, max, clamp or relu"
-_NOT_SPECIAL = "not in the language; its special functions are lgamma, digamma, polygamma, erfinv, xlogy, sinc and torch.special's Bessel functions"
+_NOT_SPECIAL = ("not in the language; its special functions are lgamma, digamma, polygamma, erfinv, xlogy, sinc, "
+                "torch.special's Bessel functions and SciPy's " + ", ".join(SCIPY_ARITY)
+                + "; declare your own under extern:")
 NOT_YET = {
     "minimum": "not in the language; write min(a, b)",
     "maximum": "not in the language; write max(a, b)",
@@ -39,8 +49,12 @@ NOT_YET = {
     "erfcx": "not in the language; write exp(x**2)*erfc(x)",
     "ndtri": "not in the language; write sqrt(2)*erfinv(2*p - 1)",
     "log_ndtr": "not in the language; write log(erfc(-x/sqrt(2))/2)",
-    "zeta": _NOT_SPECIAL, "airy_ai": _NOT_SPECIAL, "entr": "not in the language; write -xlogy(x, x)",
+    "hankel1": _NOT_SPECIAL, "spherical_jn": _NOT_SPECIAL, "ellipkinc": _NOT_SPECIAL, "entr": "not in the language; write -xlogy(x, x)",
     "j0": "not in the language; write bessel_j0(x)", "j1": "not in the language; write bessel_j1(x)",
+    "jn": "not in the language; write jv(n, x)", "yn": "not in the language; write yv(n, x)",
+    "exp1": "not in the language; write expn(1, x)", "wrightomega": _NOT_SPECIAL, "fresnel": "not in the language; write fresnel_s(x) or fresnel_c(x)",
+    "airy": "not in the language; write airy_ai(x), airy_ai_prime(x), airy_bi(x) or airy_bi_prime(x)",
+    "gammaincinv": _NOT_SPECIAL, "besselj": "not in the language; write jv(nu, x)", "besselk": "not in the language; write kv(nu, x)",
     "y0": "not in the language; write bessel_y0(x)", "y1": "not in the language; write bessel_y1(x)",
     "k0": "not in the language; write modified_bessel_k0(x)", "k1": "not in the language; write modified_bessel_k1(x)",
     "k0e": "not in the language; write scaled_modified_bessel_k0(x)",

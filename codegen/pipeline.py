@@ -284,7 +284,7 @@ def _parsed(spec: Spec, key: str, text: str):
     from .expr import ExprError, parse_expr
 
     try:
-        return parse_expr(text, spec.inputs, spec.param_names)
+        return parse_expr(text, spec.inputs, spec.param_names, spec.externs)
     except ExprError as exc:
         raise SpecErrors([spec.problem(key, f"{key}: {exc}")]) from None
 

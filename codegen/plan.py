@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from . import branches, cost, limits, symbolic
+from . import branches, cost, external, limits, symbolic
+from .errors import SpecErrors
 from .rewrite import for_differentiation, stabilize
 from .spec import Spec
 
@@ -188,6 +189,9 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
     exprs = expr if isinstance(expr, tuple) else (expr,)
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
     stable = _masking(stable, inputs)
+    outside = external.calls(exprs)
+    if outside:
+        spec = _nested_for_externals(spec, outside)
     if spec.strategy == "auto":
         candidates, dropped = _candidates_within_limits(spec, exprs, inputs, stable)
     else:
@@ -208,6 +212,8 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
             locals=local_names,
         )
 
+    if outside:
+        return module_plan("nested", _external_reason(outside))
     if spec.strategy != "auto":
         return module_plan(spec.strategy, "chosen in the spec")
     functions_of = {s: functions for s, (functions, _) in candidates.items()}
@@ -225,6 +231,28 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
         else:
             notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
     return replace(module_plan(strategy, "; ".join([reason, *notes])), notes=tuple(notes))
+
+
+def _nested_for_externals(spec: Spec, called) -> Spec:
+    """A spec that calls external functions is generated ``nested``: autograd cannot differentiate
+    through them, so every derivative up to the order must be a level's explicit formulas."""
+    names = ", ".join(cls.language for cls in called)
+    if spec.strategy not in ("auto", "nested"):
+        raise SpecErrors([spec.problem("strategy", (
+            f"strategy: {spec.strategy} cannot be used with {names}: it is computed outside autograd "
+            "(SciPy or an extern's implementation), so its derivatives must be nested levels with explicit "
+            "formulas; write strategy: nested, or remove the line (auto)"))])
+    if spec.fuse:
+        raise SpecErrors([spec.problem("fuse", (
+            f"fuse: true cannot compile {names}: torch.compile cannot trace an external function's "
+            "implementation into a kernel; remove fuse"))])
+    return replace(spec, strategy="nested")
+
+
+def _external_reason(called) -> str:
+    names = ", ".join(cls.language for cls in called)
+    return (f"{names} {'is' if len(called) == 1 else 'are'} computed outside autograd: every level's "
+            "formulas are explicit, and differentiating past the order raises")
 
 
 def _masking(stable, inputs):

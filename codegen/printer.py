@@ -14,6 +14,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
+from .external import ExternalFunctionBase, UserExternBase
 from .symbolic import SumTerm
 
 
@@ -30,6 +31,7 @@ class TorchPrinter(PythonCodePrinter):
         # cannot differentiate is the tests' mpmath one (checks.special), not the module's
         self.reference = reference
         self.specials: set[type] = set()  # the SpecialFunctionBase classes printed (special.py)
+        self.externals: set[type] = set()  # the ExternalFunctionBase classes printed (external.py)
         # A param as a keyword: a fold's scale as addcmul's value= or add's alpha=, a guard's bound
         # as clamp's max=. Off for fused kernels: torch.compile(dynamic=True) (torch 2.13)
         # specializes such a keyword to the param's first value when the param is also used in a
@@ -351,6 +353,19 @@ class TorchPrinter(PythonCodePrinter):
             return self._elementwise("checks.special", arg, index=f'"{cls.language}"')
         self.specials.add(cls)
         return self._elementwise(cls.runtime, arg, index=index[0] if index else None)
+
+    def _print_ExternalFunctionBase(self, expr):
+        """``_jv(nu, x)``: the generated module's call outside autograd (external.py); in the
+        tests' reference, SciPy's by mpmath (``checks.scipy_reference("jv", nu, x)``) and a
+        declared extern's from its implementation and declared derivatives (``declared_NAME``)."""
+        cls = type(expr)
+        args = ", ".join(self._print(arg) for arg in expr.args)
+        if self.reference:
+            if issubclass(cls, UserExternBase):
+                return f"declared_{cls.language}({args})"
+            return f'checks.scipy_reference("{cls.language}", {args})'
+        self.externals.add(cls)
+        return f"{expr.runtime}({args})"
 
     def _elementwise(self, function: str, arg, index=None) -> str:
         """``function([index, ]arg)``; of a float (a function of params, which ``math`` lacks) in

@@ -16,7 +16,7 @@ import sympy
 
 from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
-from . import special
+from . import external, special
 from .branches import boundaries
 from .printer import TorchPrinter, formula
 from .config import DEFAULT_LINE_LENGTH
@@ -162,6 +162,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     views = [_function_view(fn, plan, printers) for fn in plan.functions]
     helpers = _helpers_used(views)
     specials = _special_entries(set().union(*(p.specials for p in printers)))
+    externals = _external_entries(set().union(*(p.externals for p in printers)))
     call_args = ", ".join([*spec.inputs, *spec.param_names])
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
@@ -176,6 +177,10 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         helpers=helpers,
         specials=specials,
         families=[entry.key for entry in specials if entry.family],
+        externals=externals,
+        scipy_names=[entry.name for entry in externals if entry.impl is None],
+        implementations=[entry for entry in externals if entry.impl is not None],
+        order_limit=_order_limit_message(spec),
         functions=views,
         signature=_typed_signature(spec),
         arguments=_documented_arguments(spec),
@@ -226,6 +231,41 @@ class SpecialEntry:
     value: str
     derivative: str
     doc: str
+
+
+@dataclass(frozen=True)
+class ExternalEntry:
+    """A function the generated module calls outside autograd (external.py): SciPy's (``call``,
+    its code with ``special`` the scipy.special module) or the spec's (``impl``)."""
+
+    name: str
+    runtime: str
+    params: str
+    doc: str
+    call: str | None = None
+    impl: str | None = None
+
+
+def _external_entries(printed: set[type]) -> list[ExternalEntry]:
+    """The external functions printed and every one their derivatives call (any level may)."""
+    entries = []
+    for cls in external.closure(printed):
+        if issubclass(cls, external.UserExternBase):
+            extern = cls.declaration
+            doc = f"{extern.name}({', '.join(extern.args)}), the spec's extern: {extern.impl}."
+            entries.append(ExternalEntry(cls.language, f"_{cls.language}", ", ".join(extern.args), doc,
+                                         impl=extern.impl))
+        else:
+            doc = f"scipy.special: {cls.usage}."
+            entries.append(ExternalEntry(cls.language, f"_{cls.language}", ", ".join(cls.params), doc,
+                                         call=cls.call))
+    return entries
+
+
+def _order_limit_message(spec) -> str:
+    """What differentiating past the order raises, in a spec that calls external functions."""
+    return (f"{spec.name}: derivatives above order {spec.order} are not generated; set `order: "
+            f"{spec.order + 1}` in {spec.path} and run `dbgen build`")
 
 
 def _special_entries(printed: set[type]) -> list[SpecialEntry]:
@@ -297,7 +337,34 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         boundaries={name: repr(values) for name, values in boundaries(_every_formula(plan), spec).items()},
         accuracy=repr(accuracy) if accuracy else None,
         specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
+        order_limited=bool(external.calls(plan.exprs)),
+        declared=_declared_references(plan),
     ), spec.line_length)
+
+
+@dataclass(frozen=True)
+class DeclaredReference:
+    """A spec's extern in the tests' reference: its implementation, and its derivatives as
+    the spec declares them, in torch code (None where an argument is a number or a param)."""
+
+    name: str
+    args: str
+    impl: str
+    derivatives: tuple[str, ...]
+
+
+def _declared_references(plan: ModulePlan) -> list[DeclaredReference]:
+    references = []
+    for cls in external.closure(external.calls(plan.exprs)):
+        if not issubclass(cls, external.UserExternBase):
+            continue
+        extern = cls.declaration
+        differentiable = [arg for arg, d in zip(extern.args, cls.derivatives) if d is not None]
+        printer = TorchPrinter(differentiable, fold_sums=False, reference=True)
+        derivatives = tuple("None" if d is None else f"lambda {', '.join(extern.args)}: {printer.doprint(d)}"
+                            for d in cls.derivatives)
+        references.append(DeclaredReference(extern.name, ", ".join(extern.args), extern.impl, derivatives))
+    return references
 
 
 def _every_formula(plan: ModulePlan) -> sympy.Expr:
@@ -439,7 +506,7 @@ def _function_view(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrint
         cotangents=", ".join([*fn.cotangents, *(f"_grad_{name}" for name in fn.values)]),
         backward_lines=tuple(backward_lines),
         backward_return=backward_return,
-        **_jvp_fields(fn, params, mask, printers),
+        **_jvp_fields(fn, params, mask, printers, _order_limited(plan, fn)),
     )
     return _fuse(view, fn, params) if plan.spec.fuse else view
 
@@ -491,7 +558,7 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
     return dataclasses.replace(view, kernels=tuple(kernels), **changes)
 
 
-def _jvp_fields(fn: FunctionPlan, params, mask, printers: list[TorchPrinter]) -> dict:
+def _jvp_fields(fn: FunctionPlan, params, mask, printers: list[TorchPrinter], limit=lambda name: name) -> dict:
     printer = _block_printer(fn.jvp, [*fn.tangents, *fn.saved_for_forward], fold_sums=False)
     printers.append(printer)
     lines = [f"{name} = ctx.{ctx_name(name)}" for name in [*params, *mask] if name in {*_used_names(fn.jvp), *mask}]
@@ -506,7 +573,7 @@ def _jvp_fields(fn: FunctionPlan, params, mask, printers: list[TorchPrinter]) ->
         "jvp_args": ", ".join([*fn.tangents, *(f"_tangent_{name}" for name in fn.constants),
                                *(f"_{name}" for name in [*params, *mask])]),
         "jvp_lines": tuple(lines),
-        "jvp_return": ", ".join([*(f"{r.name} if {grad_of!r} in {mask[0]} else None" if mask else r.name
+        "jvp_return": ", ".join([*(f"{limit(r.name)} if {grad_of!r} in {mask[0]} else None" if mask else limit(r.name)
                                    for r, grad_of in zip(fn.jvp.results, fn.gradient_of)),
                                  *("None" for _ in fn.values)]),
     }
@@ -554,7 +621,17 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
         lines += _guarded_lines(fn.backward, guards, printer, in_scope, forward=False)
     else:
         lines += _block_lines(fn.backward, printer, in_scope=in_scope, anchor=fn.cotangents[0], forward=False)
-    return lines, ", ".join([*(r.name for r in fn.backward.results), *nones])
+    limit = _order_limited(plan)
+    return lines, ", ".join([*(limit(r.name) for r in fn.backward.results), *nones])
+
+
+def _order_limited(plan: ModulePlan, fn: FunctionPlan | None = None):
+    """How the last level writes a gradient it returns: through ``_at_order_limit`` where the spec
+    calls external functions (differentiating it again raises), else as it is."""
+    last = fn is None or fn.next_level is None
+    if last and plan.strategy == "nested" and external.calls(plan.exprs):
+        return lambda name: f"_at_order_limit({name})"
+    return lambda name: name
 
 
 def _needed_call(fn: FunctionPlan) -> str:

@@ -36,7 +36,10 @@ MAX_SHOWN_CHARS = 40  # of a user's value quoted in a message
 STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 DEFAULT_DOMAIN = (-2.0, 2.0)
 
-KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse", "outputs", "stack")
+KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse", "outputs", "stack",
+        "extern")
+EXTERN_KEYS = ("impl", "args", "derivatives")
+MAX_EXTERNS = 16
 # and exactly one of FORMULA_KEYS: expr (one output) or outputs (a vector-valued function)
 REQUIRED_KEYS = ("name", "inputs", "order")
 FORMULA_KEYS = ("expr", "outputs")
@@ -44,6 +47,7 @@ _EXAMPLES = {"name": "name: my_function", "expr": "expr: x * sigmoid(x)", "input
 
 _NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _IDENT_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_IMPL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*\Z")
 _NATIVE_RE = re.compile(r"torch(\.[A-Za-z][A-Za-z0-9_]*)+\Z")  # public names only: no torch._C, torch.__builtins__
 _UNDEFINED_RE = re.compile(r"undefined name '([A-Za-z][A-Za-z0-9_]*)'")  # expr.py's message for an unknown name
 # A plain number YAML 1.1 reads as text (1e-3, 1.5e3): YAML 1.2 and every PyTorch user read a number.
@@ -65,6 +69,22 @@ _SCALAR_TAGS = {
 _NULL_TAG = "tag:yaml.org,2002:null"
 _STR_TAG = "tag:yaml.org,2002:str"
 _COLLECTION_TAGS = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
+
+
+@dataclass(frozen=True)
+class Extern:
+    """A function the spec declares under ``extern:`` (contract v2, section 6): computed by
+    ``impl`` (``module:callable``, imported by the generated module when first called), with
+    one derivative formula per argument (None: the argument must be a number or a param)."""
+
+    name: str
+    impl: str
+    args: tuple[str, ...]
+    derivatives: tuple[str | None, ...]
+
+    @property
+    def module(self) -> str:
+        return self.impl.split(":")[0]
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,8 @@ class Spec:
     outputs: tuple[tuple[str, str], ...] = ()
     # with outputs: return one tensor, the outputs stacked along a new last dimension
     stack: bool = False
+    # functions the spec declares (contract v2, section 6), in the spec's order
+    externs: tuple[Extern, ...] = ()
     lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     def line_of(self, key: str) -> int:
@@ -145,6 +167,8 @@ class Spec:
             "fuse": self.fuse,
             "explicit_domain": list(self.explicit_domain),
             # only when set: the default keeps the digests (and headers) of earlier builds
+            **({"extern": [[e.name, e.impl, list(e.args), list(e.derivatives)] for e in self.externs]}
+               if self.externs else {}),
             **({} if self.line_length == DEFAULT_LINE_LENGTH else {"line_length": self.line_length}),
         }
 
@@ -458,18 +482,26 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     lines.update((f"outputs.{name}", line) for name, _, line in outputs)
     fields["outputs"] = tuple((name, text) for name, text, _ in outputs if text is not None)
     fields["stack"] = _read_bool(reader, values.get("stack"), "stack", False)
+    externs = _read_externs(reader, values.get("extern"), fields["name"], inputs, params if params_ok else None)
+    lines.update((key, line) for extern, extern_lines in externs for key, line in extern_lines.items())
+    fields["externs"] = tuple(extern for extern, _ in externs if extern is not None)
+    externs_ok = all(extern is not None for extern, _ in externs)
     if "outputs" in values and "expr" not in values:
         fields["expr"] = ""  # a vector-valued spec: its formulas are the outputs
     if check_expr or reader.problems:
         # an unknown key may be the inputs or params misspelled: the expression's names are then unknown
         names_known = inputs is not None and params_ok and not unknown_keys
         known_inputs, known_params = (inputs, params) if names_known else (None, None)
-        if fields["expr"]:
-            _check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params)
-        for name, text, line in outputs:
+        declared = _check_externs(reader, fields["externs"], lines) if externs_ok else None
+        if declared is None:
+            pass  # a declaration has a problem: the expressions' calls of it cannot be judged yet
+        elif fields["expr"]:
+            _check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params, externs=declared)
+        for name, text, line in outputs if declared is not None else ():
             if text is not None:
                 others = {other for other, _, _ in outputs if other != name}
-                _check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}", others)
+                _check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}", others,
+                            externs=declared)
         if fields["native"] is not None:
             _check_native(reader, lines["native"], fields["native"])
     if reader.problems:
@@ -477,15 +509,18 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
 
 
-def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str = "expr", outputs=()) -> None:
+def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str = "expr", outputs=(),
+                externs=()) -> None:
     """Parse the expression now, so that its problems are reported with the file's others. With
     inputs or params None (missing or invalid), every other problem of the expression is still
     reported, only not its unknown names. ``what``: expr, or outputs.NAME for an output's, whose
-    ``outputs`` are the other outputs' names (an expression cannot use them)."""
+    ``outputs`` are the other outputs' names (an expression cannot use them). ``externs``: the
+    spec's (None where a declaration has a problem: their names are then taken for functions of
+    any arity)."""
     from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
 
     try:
-        parse_expr(text, inputs, params)
+        parse_expr(text, inputs, params, externs)
     except ExprError as exc:
         message = str(exc)
         unknown = _UNDEFINED_RE.match(message)
@@ -502,6 +537,109 @@ def native_problems(spec: Spec) -> list[Problem]:
     if spec.native is not None:
         _check_native(reader, spec.line_of("native"), spec.native)
     return reader.problems
+
+
+def _read_externs(reader: _Reader, node, name, inputs, params) -> list[tuple[Extern | None, dict[str, int]]]:
+    """Each declaration under ``extern:`` (None where it has a problem) and the lines of its parts
+    (``extern.NAME``, ``extern.NAME.impl``, ``extern.NAME.derivatives.I``, ...)."""
+    if node is None:
+        return []
+    items = reader.mapping(node, "extern", valid=_symbol_name_ok)
+    if len(items) > MAX_EXTERNS:
+        reader.fail(node, f"at most {MAX_EXTERNS} externs are allowed, not {len(items)}")
+    taken = {*(inputs or ()), *(params or ()), name}
+    return [_read_extern(reader, key_node, value_node, taken) for key_node, value_node, _ in items]
+
+
+def _read_extern(reader: _Reader, key_node, node, taken) -> tuple[Extern | None, dict[str, int]]:
+    before = len(reader.problems)
+    extern = _identifier(reader, key_node, "extern")
+    if extern is not None and extern in taken:
+        reader.fail(key_node, f"extern '{extern}' has the name of an input, a param or the spec; rename it")
+    where = f"extern.{_shorten(extern or key_node.value)}"
+    lines = {where: _line(key_node)}
+    parts = {}
+    for part_node, value_node, part in reader.mapping(node, where, valid=EXTERN_KEYS.__contains__):
+        if part not in EXTERN_KEYS:
+            reader.fail(part_node, f"{where}: unknown key '{_shorten(part)}'{did_you_mean(part, EXTERN_KEYS)}; "
+                                   f"the keys are: {', '.join(EXTERN_KEYS)}")
+            continue
+        parts[part] = value_node
+        lines[f"{where}.{part}"] = _line(part_node)
+    for part in EXTERN_KEYS:
+        if part not in parts and isinstance(node, yaml.MappingNode):
+            reader.fail(key_node, f"{where}: missing '{part}'; {_EXTERN_EXAMPLE}")
+    impl = _read_impl(reader, parts.get("impl"), where)
+    args = _read_extern_args(reader, parts.get("args"), where)
+    derivatives = _read_derivatives(reader, parts.get("derivatives"), where, args, lines)
+    if len(reader.problems) > before:
+        return None, lines
+    return Extern(extern, impl, args, derivatives), lines
+
+
+_EXTERN_EXAMPLE = ("declare it as {impl: mypkg.kernels:sqexp, args: [u], derivatives: ['2*u*sqexp(u)']}, one "
+                   "derivative per argument (null for an argument that is only ever a number or a param)")
+
+
+def _read_impl(reader: _Reader, node, where: str) -> str | None:
+    if node is None:
+        return None
+    value = reader.text(node, f"{where}.impl", lambda text: False)
+    if value is not None and not _IMPL_RE.match(value):
+        reader.fail(node, f"{where}.impl must be module:callable, such as mypkg.kernels:sqexp, not {_shown(node)}")
+        return None
+    return value
+
+
+def _read_extern_args(reader: _Reader, node, where: str) -> tuple[str, ...] | None:
+    if node is None:
+        return None
+    items = reader.sequence(node, f"{where}.args", "[u]")
+    if not 1 <= len(items) <= MAX_INPUTS:
+        reader.fail(node, f"{where}.args must list 1 to {MAX_INPUTS} names, not {len(items)}")
+        return None
+    names = []
+    for item in items:
+        arg = _identifier(reader, item, f"{where}: argument")
+        if arg is not None and arg in names:
+            reader.fail(item, f"{where}: argument '{arg}' is listed twice")
+        names.append(arg)
+    return tuple(names) if None not in names else None
+
+
+def _read_derivatives(reader: _Reader, node, where: str, args, lines: dict[str, int]) -> tuple[str | None, ...] | None:
+    """One formula per argument, or null where the argument is only ever a number or a param."""
+    if node is None:
+        return None
+    items = reader.sequence(node, f"{where}.derivatives", "['2*u*sqexp(u)']")
+    if args is not None and len(items) != len(args):
+        reader.fail(node, f"{where}.derivatives must give {len(args)} formula(s), one per argument "
+                          f"({', '.join(args)}), not {len(items)}; null for an argument that is only ever a "
+                          "number or a param")
+        return None
+    formulas = []
+    for index, item in enumerate(items):
+        lines[f"{where}.derivatives.{index}"] = _line(item)
+        if isinstance(item, yaml.ScalarNode) and item.tag == _NULL_TAG and item.value in ("", "null", "~", "Null", "NULL"):
+            formulas.append(None)
+        else:
+            formulas.append(_read_expr(reader, item, f"{where}.derivatives[{index}]") or "")
+    return tuple(formulas)
+
+
+def _check_externs(reader: _Reader, externs: tuple[Extern, ...], lines: dict[str, int]) -> tuple[Extern, ...] | None:
+    """Parse every extern's derivatives (they may call each other and SciPy's functions); the
+    externs, or None when one has a problem (reported on its derivative's line)."""
+    from .expr import DerivativeError
+    from .external import declared_functions
+
+    try:
+        declared_functions(externs)
+    except DerivativeError as exc:
+        key = f"extern.{exc.extern}.derivatives.{exc.index}"
+        reader.fail(lines.get(key, 1), f"extern.{exc.extern}.derivatives[{exc.index}]: {exc}")
+        return None
+    return externs
 
 
 def _check_native(reader: _Reader, line: int, name: str) -> None:
