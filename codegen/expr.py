@@ -484,6 +484,9 @@ class _Builder:
             what = "an input or param, not a function" if name in self.symbols else "not a function of the language"
             raise ExprError(f"'{name}' is {what}{_hint(name, self.functions)}; the functions are: "
                             f"{', '.join(self.functions)} (declare your own under extern:)")
+        if name in self.symbols:
+            raise ExprError(f"'{name}' is an input or param of this spec, so the function {name}() cannot be "
+                            "called in it; rename the input or param")
         if node.keywords or any(isinstance(arg, ast.Starred) for arg in node.args):
             raise ExprError(f"{name}() takes plain positional arguments only")
         function, arity = self.functions[name]

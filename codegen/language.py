@@ -18,13 +18,14 @@ FUNCTION_ARITY = {
     "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
 }
 # SciPy's special functions (v2, section 6): computed by scipy.special outside autograd, so a spec
-# that calls one is generated nested (external.py); the first of two arguments is a number or a param
+# that calls one is generated nested (external.py); the first of two arguments is a number or a param.
+# Not reserved like FUNCTION_ARITY's: a param may be named zeta (a damping ratio); that spec then
+# cannot call zeta().
 SCIPY_ARITY = {
     "jv": 2, "yv": 2, "iv": 2, "kv": 2, "ive": 2, "kve": 2, "expi": 1, "expn": 2, "gammainc": 2, "gammaincc": 2,
     "lambertw": 1, "zeta": 2, "fresnel_s": 1, "fresnel_c": 1, "airy_ai": 1, "airy_ai_prime": 1, "airy_bi": 1,
     "airy_bi_prime": 1, "struve": 2, "ellipk": 1, "ellipe": 1,
 }
-FUNCTION_ARITY.update(SCIPY_ARITY)
 PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
 CONSTANT_NAMES = ("pi", "E")
 

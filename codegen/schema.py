@@ -101,6 +101,35 @@ def spec_schema() -> dict:
                 "type": "boolean",
                 "default": False,
             },
+            "extern": {
+                "description": ("Functions the spec declares, computed by your own implementation outside "
+                                "autograd (the spec is then generated nested): name -> impl, args, derivatives."),
+                "type": "object",
+                "propertyNames": _symbol_name("The function's name in expressions."),
+                "additionalProperties": _extern(),
+                "minProperties": 1,
+                "maxProperties": spec.MAX_EXTERNS,
+            },
+        },
+    }
+
+
+def _extern() -> dict:
+    return {
+        "type": "object",
+        "required": list(spec.EXTERN_KEYS),
+        "additionalProperties": False,
+        "properties": {
+            "impl": {"description": "module:callable; it gets detached tensors and returns a tensor.",
+                     "type": "string", "pattern": "^" + spec._IMPL_RE.pattern.removesuffix("\\Z") + "$"},
+            "args": {"description": "Its arguments, in call order.", "type": "array", "minItems": 1,
+                     "maxItems": spec.MAX_INPUTS, "uniqueItems": True, "items": _symbol_name("An argument.")},
+            "derivatives": {
+                "description": ("d/d(arg), one per argument, in the language (may call externs); null for an "
+                                "argument that is only ever a number or a param."),
+                "type": "array", "minItems": 1, "maxItems": spec.MAX_INPUTS,
+                "items": {"anyOf": [_expression("A derivative formula."), {"type": "null"}]},
+            },
         },
     }
 

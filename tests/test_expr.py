@@ -58,10 +58,14 @@ SPECIAL = (  # contract v2, tested in test_special.py
     "modified_bessel_i0 modified_bessel_i1 modified_bessel_k0 modified_bessel_k1 scaled_modified_bessel_k0 "
     "scaled_modified_bessel_k1 spherical_bessel_j0"
 ).split()
+SCIPY = (  # contract v2, sections 1 and 6, tested in test_externals.py
+    "jv yv iv kv ive kve expi expn gammainc gammaincc lambertw zeta fresnel_s fresnel_c airy_ai airy_ai_prime "
+    "airy_bi airy_bi_prime struve ellipk ellipe"
+).split()
 
 
 def test_the_language_has_exactly_the_contract_functions():
-    assert sorted(expr_module.FUNCTIONS) == sorted([*CONTRACT_FUNCTIONS, *PIECEWISE, *SPECIAL])
+    assert sorted(expr_module.FUNCTIONS) == sorted([*CONTRACT_FUNCTIONS, *PIECEWISE, *SPECIAL, *SCIPY])
     assert sorted(CONTRACT_FUNCTIONS) == sorted(EXPECTED)
 
 
