@@ -85,6 +85,7 @@ def _scipy(name: str, arity: int, rule, exact, usage: str, call: str | None = No
     """A ``ScipyFunctionBase`` class for ``scipy.special.NAME``, differentiated in its last
     argument by ``rule`` (the others, if any, are numbers or params)."""
     params = ("nu", "x")[-arity:]
+    exact = _real_valued(_whole_order(exact) if arity == 2 else exact)
     cls = type(name, (ScipyFunctionBase,), {
         "nargs": arity,
         "arity": arity,
@@ -99,6 +100,25 @@ def _scipy(name: str, arity: int, rule, exact, usage: str, call: str | None = No
     })
     SCIPY[name] = cls
     return cls
+
+
+def _real_valued(exact):
+    """``exact`` with an imaginary part of rounding dropped (mpmath's besseli(-1, -2) has one of
+    1e-25); a complex value stays complex (no real value: ive(1.5, -2))."""
+    def value(*args):
+        result = exact(*args)
+        if isinstance(result, mpmath.mpc) and abs(result.imag) <= abs(result) * mpmath.mpf(2) ** (20 - mpmath.mp.prec):
+            return result.real
+        return result
+    return value
+
+
+def _whole_order(exact):
+    """``exact`` with a whole-numbered first argument passed as an int: mpmath computes
+    besseli(1.0, -2) through a complex power, with an imaginary part of rounding."""
+    def value(order, x):
+        return exact(int(order) if order == int(order) else order, x)
+    return value
 
 
 def _half_sum(cls, sign):
@@ -232,6 +252,25 @@ def calls(exprs) -> list[type]:
     """The external functions ``exprs`` call, in a fixed order (by name)."""
     found = set().union(*(expr.atoms(ExternalFunctionBase) for expr in exprs)) if exprs else set()
     return sorted({type(call) for call in found}, key=lambda cls: cls.language)
+
+
+def conflicts(strategy: str, fuse: bool, called) -> list[tuple[str, str]]:
+    """(spec key, message) for each setting a spec that calls ``called`` (external functions)
+    cannot have: they are computed outside autograd, so only nested levels differentiate them."""
+    if not called:
+        return []
+    names = ", ".join(cls.language for cls in called)
+    found = []
+    if strategy not in ("auto", "nested"):
+        found.append(("strategy", (
+            f"strategy: {strategy} cannot be used with {names}: it is computed outside autograd (SciPy or an "
+            "extern's implementation), so its derivatives must be nested levels with explicit formulas; write "
+            "strategy: nested, or remove the line (auto)")))
+    if fuse:
+        found.append(("fuse", (
+            f"fuse: true cannot compile {names}: torch.compile cannot trace an external function's "
+            "implementation into a kernel; remove fuse")))
+    return found
 
 
 def closure(classes) -> list[type]:

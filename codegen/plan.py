@@ -236,16 +236,9 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
 def _nested_for_externals(spec: Spec, called) -> Spec:
     """A spec that calls external functions is generated ``nested``: autograd cannot differentiate
     through them, so every derivative up to the order must be a level's explicit formulas."""
-    names = ", ".join(cls.language for cls in called)
-    if spec.strategy not in ("auto", "nested"):
-        raise SpecErrors([spec.problem("strategy", (
-            f"strategy: {spec.strategy} cannot be used with {names}: it is computed outside autograd "
-            "(SciPy or an extern's implementation), so its derivatives must be nested levels with explicit "
-            "formulas; write strategy: nested, or remove the line (auto)"))])
-    if spec.fuse:
-        raise SpecErrors([spec.problem("fuse", (
-            f"fuse: true cannot compile {names}: torch.compile cannot trace an external function's "
-            "implementation into a kernel; remove fuse"))])
+    problems = [spec.problem(key, message) for key, message in external.conflicts(spec.strategy, spec.fuse, called)]
+    if problems:
+        raise SpecErrors(problems)
     return replace(spec, strategy="nested")
 
 

@@ -493,15 +493,18 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
         names_known = inputs is not None and params_ok and not unknown_keys
         known_inputs, known_params = (inputs, params) if names_known else (None, None)
         declared = _check_externs(reader, fields["externs"], lines) if externs_ok else None
+        parsed = []
         if declared is None:
             pass  # a declaration has a problem: the expressions' calls of it cannot be judged yet
         elif fields["expr"]:
-            _check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params, externs=declared)
+            parsed.append(_check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params,
+                                      externs=declared))
         for name, text, line in outputs if declared is not None else ():
             if text is not None:
                 others = {other for other, _, _ in outputs if other != name}
-                _check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}", others,
-                            externs=declared)
+                parsed.append(_check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}",
+                                          others, externs=declared))
+        _check_external_settings(reader, [p for p in parsed if p is not None], fields, lines)
         if fields["native"] is not None:
             _check_native(reader, lines["native"], fields["native"])
     if reader.problems:
@@ -520,7 +523,7 @@ def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str
     from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
 
     try:
-        parse_expr(text, inputs, params, externs)
+        return parse_expr(text, inputs, params, externs)
     except ExprError as exc:
         message = str(exc)
         unknown = _UNDEFINED_RE.match(message)
@@ -528,6 +531,16 @@ def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str
             message = (f"'{unknown[1]}' is another output; an output's expression may use only the inputs and "
                        "params: write that output's formula out in it")
         reader.fail(line, f"{what}: {message}")
+
+
+def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, int]) -> None:
+    """A spec that calls external functions is nested, and not fused (external.conflicts)."""
+    if not parsed:
+        return
+    from .external import calls, conflicts
+
+    for key, message in conflicts(fields["strategy"] or "auto", bool(fields["fuse"]), calls(parsed)):
+        reader.fail(lines.get(key, 1), message)
 
 
 def native_problems(spec: Spec) -> list[Problem]:

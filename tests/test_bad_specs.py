@@ -386,6 +386,58 @@ CORPUS = [
     expr("expr_null_byte", '"x\\0"', "the expression contains the control character"),
     expr("expr_unicode_name", "λ * x", "undefined name 'λ'"),
     expr("expr_syntax_warning", "1if x else 2", "a conditional expression"),
+    # SciPy's functions and declared externs (contract v2, section 6)
+    expr("scipy_unknown_function", "hankel1(1, x)",
+         "expr: 'hankel1' is not in the language; its special functions are lgamma"),
+    expr("scipy_misspelled", "jvv(2, x)", "'jvv' is not a function of the language (did you mean 'jv'?)"),
+    expr("scipy_order_is_an_input", "jv(x, x)",
+         "expr: jv()'s first argument must be a number or a param, not x, which depends on x (dbgen does not "
+         "differentiate jv in it; write jv(nu, x), the Bessel function of the first kind of real order nu)"),
+    expr("scipy_arity", "kv(x)", "expr: kv() takes 2 arguments, got 1; write kv(nu, x)"),
+    expr("scipy_expn_param_order", "expn(1.5, x)", "expn()'s first argument must be a whole number"),
+    bad("scipy_with_save_inputs", spec("scipy_with_save_inputs", expr="jv(2, x)", strategy="save_inputs"),
+        (5, "strategy: save_inputs cannot be used with jv: it is computed outside autograd (SciPy or an extern's "
+            "implementation), so its derivatives must be nested levels")),
+    bad("scipy_with_fuse", spec("scipy_with_fuse", expr="expi(x)", fuse="true"),
+        (5, "fuse: true cannot compile expi: torch.compile cannot trace")),
+    bad("scipy_param_named_like_the_function", spec("scipy_param_named_like_the_function", expr="x * zeta(2, x)",
+                                                    params="{zeta: 0.3}"),
+        (2, "'zeta' is an input or param of this spec, so the function zeta() cannot be called in it")),
+    bad("extern_derivatives_count", spec("extern_derivatives_count", expr="g(x)",
+                                         extern="\n  g: {impl: 'm:g', args: [u], derivatives: [u, u]}"),
+        (6, "extern.g.derivatives must give 1 formula(s), one per argument (u), not 2")),
+    bad("extern_bad_impl", spec("extern_bad_impl", expr="g(x)",
+                                extern="\n  g: {impl: 'm.g', args: [u], derivatives: [u]}"),
+        (6, "extern.g.impl must be module:callable, such as mypkg.kernels:sqexp, not 'm.g'")),
+    bad("extern_missing_derivatives", spec("extern_missing_derivatives", expr="g(x)",
+                                           extern="\n  g: {impl: 'm:g', args: [u]}"),
+        (6, "extern.g: missing 'derivatives'; declare it as")),
+    bad("extern_unknown_key", spec("extern_unknown_key", expr="g(x)",
+                                   extern="\n  g: {impl: 'm:g', args: [u], derivative: [u]}"),
+        (6, "extern.g: unknown key 'derivative' (did you mean 'derivatives'?)"), (6, "extern.g: missing 'derivatives'")),
+    bad("extern_named_like_an_input", spec("extern_named_like_an_input", expr="x",
+                                           extern="\n  x: {impl: 'm:g', args: [u], derivatives: [u]}"),
+        (6, "extern 'x' has the name of an input, a param or the spec; rename it")),
+    bad("extern_named_like_a_function", spec("extern_named_like_a_function", expr="x",
+                                             extern="\n  exp: {impl: 'm:g', args: [u], derivatives: [u]}"),
+        (6, "extern 'exp' would shadow the name 'exp' of the language")),
+    bad("extern_derivative_calls_unknown", spec("extern_derivative_calls_unknown", expr="g(x)",
+                                                extern="\n  g:\n    impl: m:g\n    args: [u]\n    derivatives:"
+                                                       "\n      - gprime(u)"),
+        (10, "extern.g.derivatives[0]: 'gprime' is not a function of the language")),
+    bad("extern_derivative_not_closed", spec("extern_derivative_not_closed", expr="g(2, x)",
+                                             extern="\n  g:\n    impl: m:g\n    args: [k, u]\n    derivatives:"
+                                                    "\n      - null\n      - g(u, u)"),
+        (11, "extern.g.derivatives[1]: g()'s argument k must be a number or a param, not u, which depends on u "
+             "(its derivative in extern.g.derivatives is null)")),
+    bad("extern_input_where_derivative_is_null", spec("extern_input_where_derivative_is_null", expr="g(x, x)",
+                                                      extern="\n  g: {impl: 'm:g', args: [k, u], "
+                                                             "derivatives: [null, 'g(k + 1, u)']}"),
+        (2, "expr: g()'s argument k must be a number or a param, not x, which depends on x (its derivative in "
+            "extern.g.derivatives is null)")),
+    bad("extern_with_save_outputs", spec("extern_with_save_outputs", expr="g(x)", strategy="save_outputs",
+                                         extern="\n  g: {impl: 'm:g', args: [u], derivatives: ['g(u)']}"),
+        (5, "strategy: save_outputs cannot be used with g")),
 ]
 KINDS = [case.kind for case in CORPUS]
 
