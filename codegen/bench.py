@@ -481,7 +481,16 @@ class Results:
 
 def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -> Results:
     """Benchmark every spec under ``specs_path``, printing each spec's rows as they are measured."""
-    specs = load_specs(specs_path)
+    specs = []
+    for spec in load_specs(specs_path):
+        called = _external_calls(spec)
+        if called:
+            echo(f"dbgen: {spec.name} skipped: it calls {', '.join(called)}, computed outside autograd: there "
+                 "is no formula in torch ops to time it against")
+        else:
+            specs.append(spec)
+    if not specs:
+        raise BenchError("no spec left to time: every one calls external functions")
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
@@ -500,6 +509,15 @@ def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -
     echo("")
     echo(format_text_summary(results))
     return results
+
+
+def _external_calls(spec: Spec) -> list[str]:
+    """The external functions (SciPy's, the spec's externs) ``spec`` calls, by name."""
+    from .expr import parse_expr
+    from .external import calls
+
+    formulas = [parse_expr(text, spec.inputs, spec.param_names, spec.externs) for _, text in spec.formulas]
+    return [cls.language for cls in calls(formulas)]
 
 
 def bench_subject(subject: Subject, config: Config, pass_seconds: float) -> list[Row]:

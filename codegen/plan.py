@@ -235,11 +235,12 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
 
 def _nested_for_externals(spec: Spec, called) -> Spec:
     """A spec that calls external functions is generated ``nested``: autograd cannot differentiate
-    through them, so every derivative up to the order must be a level's explicit formulas."""
-    problems = [spec.problem(key, message) for key, message in external.conflicts(spec.strategy, spec.fuse, called)]
+    through them, so every derivative up to the order must be a level's explicit formulas. Unfused:
+    a ``fuse: true`` in the spec file is refused when it loads, and ``--fuse`` leaves it out."""
+    problems = [spec.problem(key, message) for key, message in external.conflicts(spec.strategy, False, called)]
     if problems:
         raise SpecErrors(problems)
-    return replace(spec, strategy="nested")
+    return replace(spec, strategy="nested", fuse=False)
 
 
 def _external_reason(called) -> str:

@@ -180,7 +180,6 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         externals=externals,
         scipy_names=[entry.name for entry in externals if entry.impl is None],
         implementations=[entry for entry in externals if entry.impl is not None],
-        order_limit=_order_limit_message(spec),
         functions=views,
         signature=_typed_signature(spec),
         arguments=_documented_arguments(spec),
@@ -241,6 +240,7 @@ class ExternalEntry:
     name: str
     runtime: str
     params: str
+    summary: str
     doc: str
     call: str | None = None
     impl: str | None = None
@@ -252,20 +252,16 @@ def _external_entries(printed: set[type]) -> list[ExternalEntry]:
     for cls in external.closure(printed):
         if issubclass(cls, external.UserExternBase):
             extern = cls.declaration
-            doc = f"{extern.name}({', '.join(extern.args)}), the spec's extern: {extern.impl}."
-            entries.append(ExternalEntry(cls.language, f"_{cls.language}", ", ".join(extern.args), doc,
-                                         impl=extern.impl))
+            params = ", ".join(extern.args)
+            summary = f"{extern.name}({params}): the spec's extern, computed outside autograd."
+            entries.append(ExternalEntry(cls.language, f"_{cls.language}", params, summary,
+                                         f"Its implementation: {extern.impl}.", impl=extern.impl))
         else:
-            doc = f"scipy.special: {cls.usage}."
-            entries.append(ExternalEntry(cls.language, f"_{cls.language}", ", ".join(cls.params), doc,
-                                         call=cls.call))
+            params = ", ".join(cls.params)
+            summary = f"{cls.language}({params}): scipy.special.{cls.language}, computed outside autograd."
+            doc = f"The function: {cls.usage}."
+            entries.append(ExternalEntry(cls.language, f"_{cls.language}", params, summary, doc, call=cls.call))
     return entries
-
-
-def _order_limit_message(spec) -> str:
-    """What differentiating past the order raises, in a spec that calls external functions."""
-    return (f"{spec.name}: derivatives above order {spec.order} are not generated; set `order: "
-            f"{spec.order + 1}` in {spec.path} and run `dbgen build`")
 
 
 def _special_entries(printed: set[type]) -> list[SpecialEntry]:

@@ -10,8 +10,9 @@ A fenced block is an example when the line before it is a marker:
   after the commands before it.
 
 A python block runs after every ``sh`` example above it on its page; on a page without one, the
-specs it imports (``from generated import a, b``) are copied from the repository's specs/ and
-built first, as a user would after ``dbgen build``.
+specs it imports (``from generated import a, b``) are copied from the repository's specs/ (with
+the Python files there, the implementations of the examples' externs) and built first, as a user
+would after ``dbgen build``.
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ def make_project(commands: tuple[tuple[str, ...], ...], project: Path) -> None:
             (project / "specs").mkdir()
             for name in words[1:]:
                 (project / "specs" / f"{name}.yaml").write_text((ROOT / "specs" / f"{name}.yaml").read_text())
+            for kernel in (ROOT / "specs").glob("*.py"):  # the examples' extern implementations
+                (project / "specs" / kernel.name).write_text(kernel.read_text())
         else:
             run_dbgen(list(words), project)
 

@@ -94,7 +94,7 @@ def test_every_example_and_regression_spec_passes_the_check(path):
 
     spec = pipeline.load_spec(path, path.name)
     for _, text in spec.formulas:  # each output of a vector-valued spec
-        domain.check(spec, parse_expr(text, spec.inputs, spec.param_names))
+        domain.check(spec, parse_expr(text, spec.inputs, spec.param_names, spec.externs))
 
 
 def test_the_check_of_an_order_3_spec_of_three_inputs_is_fast(tmp_path):

@@ -380,8 +380,17 @@ def _cli_batch() -> dict[str, bytes]:
         lambda d: d.replace(b"\n", b"\n\x00", 1),
         lambda d: d.replace(b"name: ", b"name: ../", 1),
     ]
+    def mutated(index: int, data: bytes) -> bytes:
+        """The index-th mutation, or the next one that changes the file (a spec with outputs has
+        no 'expr: ' to mutate)."""
+        for step in range(len(mutations)):
+            changed = mutations[(index + step) % len(mutations)](data)
+            if changed != data:
+                return changed
+        raise AssertionError("no mutation changes the file")
+
     names = sorted(BUNDLED)
-    return {f"m{i}_{name}": mutations[i % len(mutations)](BUNDLED[name]) for i, name in enumerate(names)}
+    return {f"m{i}_{name}": mutated(i, BUNDLED[name]) for i, name in enumerate(names)}
 
 
 def test_cli_refuses_mutated_specs_with_exit_2_and_path_line_messages(tmp_path):
