@@ -312,14 +312,15 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
 def render_tests(plan: ModulePlan, digest: str) -> str:
     spec = plan.spec
     value, printer = composed_code(plan)
+    declared, declared_printer = _declared_references(plan)
     accuracy = max(special.torch_error(expr) for expr in plan.exprs)
     shapes = _test_shapes(len(spec.inputs))
     other_params = other_param_values(_every_formula(plan), spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
-        uses_math=printer.uses_math,
-        uses_torch="torch." in value,  # x**2 needs no torch
+        uses_math=printer.uses_math or declared_printer.uses_math,
+        uses_torch="torch." in value + "".join(d for r in declared for d in r.derivatives),  # x**2 needs none
         composed=value,
         signature=_signature(spec),
         params={name: repr(v) for name, v in spec.params},
@@ -334,7 +335,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         accuracy=repr(accuracy) if accuracy else None,
         specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
         order_limited=bool(external.calls(plan.exprs)),
-        declared=_declared_references(plan),
+        declared=declared,
     ), spec.line_length)
 
 
@@ -349,18 +350,20 @@ class DeclaredReference:
     derivatives: tuple[str, ...]
 
 
-def _declared_references(plan: ModulePlan) -> list[DeclaredReference]:
+def _declared_references(plan: ModulePlan) -> tuple[list[DeclaredReference], TorchPrinter]:
+    """The spec's externs as the tests' reference declares them, and the printer of their
+    derivatives (which knows whether they need ``math``)."""
     references = []
+    printer = TorchPrinter([], fold_sums=False, reference=True)
     for cls in external.closure(external.calls(plan.exprs)):
         if not issubclass(cls, external.UserExternBase):
             continue
         extern = cls.declaration
-        differentiable = [arg for arg, d in zip(extern.args, cls.derivatives) if d is not None]
-        printer = TorchPrinter(differentiable, fold_sums=False, reference=True)
+        printer.tensors = frozenset(s for s, d in zip(cls.symbols, cls.derivatives) if d is not None)
         derivatives = tuple("None" if d is None else f"lambda {', '.join(extern.args)}: {printer.doprint(d)}"
                             for d in cls.derivatives)
         references.append(DeclaredReference(extern.name, ", ".join(extern.args), extern.impl, derivatives))
-    return references
+    return references, printer
 
 
 def _every_formula(plan: ModulePlan) -> sympy.Expr:

@@ -222,6 +222,10 @@ def sigmoid(u):
 
 def wrong_sigmoid(u):
     return sigmoid(u) * 1.01
+
+
+def logaddexp(u, v):
+    return torch.from_numpy(np.logaddexp(u.cpu().numpy(), v.cpu().numpy())).to(u.dtype)
 '''
 EXTERN = {
     "np_softplus": {"impl": "dbgen_test_kernels:softplus", "args": ["u"], "derivatives": ["np_sigmoid(u)"]},
@@ -314,8 +318,12 @@ def test_a_declared_extern_trains_a_parameter_through_a_gradient_penalty(tmp_pat
 
 
 def test_a_declared_externs_generated_tests_pass(tmp_path, kernels):
-    build_spec(tmp_path, name="sp2", expr="np_softplus(x * y) + x * np_sigmoid(y)", inputs=["x", "y"], order=3,
-               extern=EXTERN)
+    """Externs of one and two arguments, derivatives in the language's torch functions (exp: the
+    test file imports torch for them) and in other externs."""
+    lae = {"impl": "dbgen_test_kernels:logaddexp", "args": ["u", "v"],
+           "derivatives": ["exp(u - np_lae(u, v))", "exp(v - np_lae(u, v))"]}
+    build_spec(tmp_path, name="sp2", expr="np_softplus(x * y) + x * np_sigmoid(y) + np_lae(x, 2 * y)",
+               inputs=["x", "y"], order=3, extern={**EXTERN, "np_lae": lae})
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(kernels), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
                             cwd=tmp_path / "out", env=env, capture_output=True, text=True, timeout=600)
