@@ -174,7 +174,7 @@ ellipe = _scipy("ellipe", 1, lambda m: (ellipe(m) - ellipk(m)) / (2 * m), mpmath
                 "ellipe(m), the complete elliptic integral of the second kind (parameter m <= 1)")
 
 
-class expn(ScipyFunctionBase):  # noqa: N801 - named as in specs
+class expn(ScipyFunctionBase):
     """expn(n, x), the generalized exponential integral E_n; n a whole number written in the
     spec (E_n' = -E_(n-1), down to E_0(x) = exp(-x)/x)."""
 
