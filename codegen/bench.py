@@ -481,9 +481,11 @@ class Results:
 
 def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -> Results:
     """Benchmark every spec under ``specs_path``, printing each spec's rows as they are measured."""
+    from .pipeline import external_calls
+
     specs = []
     for spec in load_specs(specs_path):
-        called = _external_calls(spec)
+        called = external_calls(spec)
         if called:
             echo(f"dbgen: {spec.name} skipped: it calls {', '.join(called)}, computed outside autograd: there "
                  "is no formula in torch ops to time it against")
@@ -509,15 +511,6 @@ def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -
     echo("")
     echo(format_text_summary(results))
     return results
-
-
-def _external_calls(spec: Spec) -> list[str]:
-    """The external functions (SciPy's, the spec's externs) ``spec`` calls, by name."""
-    from .expr import parse_expr
-    from .external import calls
-
-    formulas = [parse_expr(text, spec.inputs, spec.param_names, spec.externs) for _, text in spec.formulas]
-    return [cls.language for cls in calls(formulas)]
 
 
 def bench_subject(subject: Subject, config: Config, pass_seconds: float) -> list[Row]:

@@ -5,7 +5,8 @@ Autograd cannot trace either: SciPy runs in NumPy on the CPU, and a team's kerne
 a spec that calls one is generated ``nested``: every level's formulas call the implementation on
 detached tensors (the generated module's ``_External``), and a level's backward is the next
 level, each written from the derivatives below. Differentiating past the spec's order raises
-(``_External``'s own backward): a number autograd could only get wrong.
+(the module's ``_OrderLimit`` on the last level's gradients, and ``_External``'s own backward and
+jvp): a number autograd could only get wrong.
 
 An argument that selects the function (the order ``nu`` of ``jv(nu, x)``, a user extern's
 argument whose derivative is ``null``) must be a number or a param: dbgen does not differentiate
@@ -20,7 +21,7 @@ import functools
 import mpmath
 import sympy
 
-from .special import real_float
+from .special import evalf_by
 
 
 class ExternalFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on it (Printer._print)
@@ -61,21 +62,22 @@ class ScipyFunctionBase(ExternalFunctionBase):
     call = ""
     params: tuple[str, ...] = ("x",)  # the generated code's names of its arguments
     usage = ""
-    rule = staticmethod(lambda *args: sympy.S.Zero)
-    exact = staticmethod(lambda *args: mpmath.nan)
+
+    @staticmethod
+    def rule(*args) -> sympy.Expr:
+        """The derivative in the last argument (each function sets its own)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def exact(*args):
+        """The value in mpmath (each function sets its own)."""
+        raise NotImplementedError
 
     def derivative(self, index: int, *args) -> sympy.Expr:
         return type(self).rule(*args)
 
     def _eval_evalf(self, prec):
-        if any(arg.free_symbols for arg in self.args):
-            return None
-        try:
-            with mpmath.workprec(prec):
-                values = [mpmath.mpf(sympy.Float(arg.evalf(prec), prec)) for arg in self.args]
-                return sympy.Float(real_float(type(self).exact(*values)), precision=prec)
-        except (ValueError, ZeroDivisionError, TypeError):
-            return None
+        return evalf_by(type(self).exact, self.args, prec)
 
 
 SCIPY: dict[str, type] = {}  # name in specs -> class

@@ -289,6 +289,15 @@ def _parsed(spec: Spec, key: str, text: str):
         raise SpecErrors([spec.problem(key, f"{key}: {exc}")]) from None
 
 
+def external_calls(spec: Spec) -> list[str]:
+    """The names of the external functions (SciPy's, the spec's externs) the spec calls: it is then
+    generated nested only, and has no formula in torch ops to compare or time it against."""
+    from .external import calls
+
+    return [cls.language for cls in calls([_parsed(spec, key, text)
+                                           for key, (_, text) in zip(_formula_keys(spec), spec.formulas)])]
+
+
 def _domain_checked(spec: Spec, expr, key: str = "expr") -> bool:
     """Refuse a spec not finite on its domain before auto's memory bound runs the candidates' code
     there (0**x: a NaN gradient); False where the check's own derivatives meet a limit first, so

@@ -59,18 +59,23 @@ class SpecialFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on
         return self.derivative(*self.args)
 
     def _eval_evalf(self, prec):
-        """The value in mpmath, where every argument evaluates to a real number (acos(tanh(1)/2)
-        does; an argument SymPy leaves symbolic, or a value mpmath refuses, stays unevaluated)."""
-        if any(arg.free_symbols for arg in self.args):
+        return evalf_by(self.exact, self.args, prec)
+
+
+def evalf_by(exact, args, prec: int):
+    """``exact(*args)`` in mpmath at ``prec`` bits, where every argument evaluates to a real number
+    (acos(tanh(1)/2) does; an argument SymPy leaves symbolic, or a value mpmath refuses or gives
+    no real value for, leaves the call unevaluated: None)."""
+    if any(arg.free_symbols for arg in args):
+        return None
+    values = [arg.evalf(prec) for arg in args]
+    if not all(value.is_Float or value.is_Rational for value in values):
+        return None
+    with mpmath.workprec(prec):
+        try:
+            return sympy.Float(exact(*(mpmath.mpf(sympy.Float(v, prec)) for v in values)), precision=prec)
+        except (ValueError, ZeroDivisionError, TypeError):
             return None
-        values = [arg.evalf(prec) for arg in self.args]
-        if not all(value.is_Float or value.is_Rational for value in values):
-            return None
-        with mpmath.workprec(prec):
-            try:
-                return sympy.Float(self.exact(*(mpmath.mpf(sympy.Float(v, prec)) for v in values)), precision=prec)
-            except (ValueError, ZeroDivisionError, TypeError):
-                return None
 
 
 def _at_zero(value_away, limit):

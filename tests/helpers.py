@@ -32,13 +32,7 @@ def build_spec(tmp_path: Path, **spec) -> object:
 def calls_externals(spec_path: Path) -> bool:
     """Whether the spec calls SciPy's functions or its own externs: it is then generated nested
     only, and has no formula in torch ops to compare with."""
-    from codegen import external
-    from codegen.expr import parse_expr
-    from codegen.spec import load_spec
-
-    spec = load_spec(spec_path, spec_path.name)
-    return bool(external.calls([parse_expr(text, spec.inputs, spec.param_names, spec.externs)
-                                for _, text in spec.formulas]))
+    return bool(pipeline.external_calls(pipeline.load_spec(spec_path, spec_path.name)))
 
 
 def import_path(path: Path):
