@@ -254,6 +254,121 @@ def bench(
 
 
 @command()
+def audit(
+    targets: List[str] = typer.Argument(
+        ..., metavar="TARGET...",
+        help="package.module:Class, path/to/file.py:Class, a module or a .py file (every Function in it).",
+    ),
+    domain: List[str] = typer.Option(
+        [], "--domain", metavar="NAME=LO,HI", help="Where an input is drawn from (default -2,2); repeat per input."
+    ),
+    shape: str = typer.Option("6", "--shape", metavar="N[,M...]", help="The shape of every input."),
+    dtype: str = typer.Option("float64", "--dtype", metavar="DTYPE", help="float64 (default) or float32."),
+    order: int = typer.Option(3, "--order", min=1, max=8, metavar="N", help="Check every order up to N."),
+    expr: Optional[str] = typer.Option(
+        None, "--expr", metavar="EXPR", help="Compare with this formula of the inputs (the spec language)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (a list, one object per Function) for CI."),
+    write_spec: Optional[Path] = typer.Option(
+        None, "--write-spec", metavar="DIR", help="Write the replacing spec of each Function --expr matches into DIR."
+    ),
+) -> None:
+    """Audit hand-written torch.autograd.Functions: silently wrong higher derivatives, torch.func limits.
+
+    Imports each target (code you already run: nothing of it runs beyond its import until the
+    checks call its Functions). Exit 1 when a Function is silently wrong at some order up to
+    --order, else 0. Example: dbgen audit mypkg/ops.py --domain x=0.1,5 --order 3
+    """
+    from .write import import_torch
+
+    import_torch()
+    from . import audit as auditing
+    from .audit import report
+
+    try:
+        options = auditing.Options(_domains(domain), _shape(shape), order, expr)
+        with _audit_dtype(dtype):
+            audits = auditing.run(targets, options)
+    except (auditing.TargetError, ValueError) as exc:
+        console.Console().error(f"dbgen: {exc}")
+        raise typer.Exit(2) from None
+    written = [_io(write_spec, lambda a=a: _write_spec(a, write_spec)) for a in audits if a.spec] if write_spec else []
+    if as_json:
+        typer.echo(report.as_json(audits), nl=False)
+        for path in written:
+            typer.echo(f"dbgen: wrote {path.as_posix()}", err=True)
+    else:
+        _print_audit(audits, options, written)
+    raise typer.Exit(1 if any(a.verdict == auditing.WRONG for a in audits) else 0)
+
+
+def _domains(texts: list[str]) -> dict[str, tuple[float, float]]:
+    domains = {}
+    for text in texts:
+        name, _, bounds = text.partition("=")
+        try:
+            lo, hi = (float(part) for part in bounds.split(","))
+        except ValueError:
+            raise ValueError(f"--domain {text!r} must be NAME=LO,HI, e.g. --domain x=-3,3") from None
+        if not lo < hi:
+            raise ValueError(f"--domain {text!r}: LO must be below HI")
+        domains[name.strip()] = (lo, hi)
+    return domains
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--shape {text!r} must be sizes separated by commas, e.g. --shape 6 or --shape 3,4") from None
+    if not shape or any(size < 1 for size in shape):
+        raise ValueError(f"--shape {text!r}: every size must be at least 1")
+    return shape
+
+
+@contextlib.contextmanager
+def _audit_dtype(name: str):
+    """The dtype the dynamic checks draw inputs in (the audit's Setup reads the default)."""
+    import torch
+
+    if name not in ("float64", "float32"):
+        raise ValueError(f"--dtype {name!r} must be float64 or float32")
+    from .audit import dynamic
+
+    previous = dynamic.Setup.__dataclass_fields__["dtype"].default
+    dynamic.Setup.__dataclass_fields__["dtype"].default = getattr(torch, name)
+    try:
+        yield
+    finally:
+        dynamic.Setup.__dataclass_fields__["dtype"].default = previous
+
+
+def _write_spec(audit, folder: Path) -> Path:
+    from .audit.replacement import write_spec
+
+    return write_spec(audit.spec, folder)
+
+
+def _print_audit(audits, options, written) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from .audit import report
+
+    out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    out.print(report.table(audits, options.order, options.expr is not None))
+    for audit in audits:
+        for line in report.details(audit):
+            out.print(escape(line), soft_wrap=True)
+    for line in report.refusals(audits):
+        out.print(escape(line), soft_wrap=True)
+    for path in written:
+        out.print(f"dbgen: wrote {escape(path.as_posix())}")
+    wrong = sum(a.verdict == "wrong" for a in audits)
+    out.print(f"dbgen: {len(audits)} Function(s) audited, {wrong} silently wrong")
+
+
+@command()
 def show(
     spec: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files."),
     latex: bool = typer.Option(False, "--latex", help="Write formulas in LaTeX instead of unicode text."),

@@ -1,0 +1,150 @@
+"""``dbgen audit``: find silently wrong higher derivatives in hand-written autograd Functions.
+
+targets (what to audit) -> static (the source) and dynamic (the Function run) checks -> a verdict
+per Function (``ok``, ``wrong`` at some order, ``limited``) -> report (a table, or JSON) and, where
+``--expr`` agrees with an elementwise Function at every order, the spec that replaces it
+(``replacement``). Contract v2, section 7.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from . import dynamic, static
+from .targets import Target, TargetError, resolve
+
+OK, WRONG, LIMITED = "ok", "wrong", "limited"
+__all__ = ["Audit", "Options", "TargetError", "audit", "run"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line sets: domains by input name, shape, dtype, order and --expr."""
+
+    domains: dict = field(default_factory=dict)
+    shape: tuple[int, ...] = (6,)
+    order: int = 3
+    expr: str | None = None
+
+
+@dataclass(frozen=True)
+class Audit:
+    """One Function's audit: its findings (static and dynamic), each check's result, the verdict."""
+
+    function: str
+    inputs: tuple[str, ...]
+    findings: tuple[static.Finding, ...]
+    results: tuple[dynamic.Result, ...]
+    verdict: str
+    wrong_at_order: int | None
+    correct_to_order: int
+    summary: str
+    spec: str | None = None  # the replacing spec's YAML, where --expr agrees
+
+
+def run(texts: Sequence[str], options: Options) -> list[Audit]:
+    """Audit every Function the targets name, in order (TargetError for a target that names none)."""
+    targets = [target for text in texts for target in resolve(text)]
+    return [audit(target, options) for target in targets]
+
+
+def audit(target: Target, options: Options) -> Audit:
+    findings = static.check(target.cls)
+    names = dynamic.input_names(target.cls)
+    setup = dynamic.Setup(names, tuple(options.domains.get(n, dynamic.DEFAULT_DOMAIN) for n in names), options.shape)
+    subject = dynamic.Subject(target.cls, setup)
+    reference = _reference(options.expr, names, options.order) if options.expr else None
+    results = [*dynamic.gradchecks(subject, options.order),
+               *dynamic.order_checks(subject, options.order, reference),
+               *dynamic.transform_checks(subject)]
+    findings = _confirmed(findings, dynamic.stashed_on_ctx(subject), target)
+    verdict, wrong_at, correct_to, summary = _verdict(findings, results, options.order)
+    spec = None
+    if options.expr and verdict != WRONG and correct_to == options.order:
+        from .replacement import replacing_spec
+
+        spec = replacing_spec(target, names, options)
+    return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary, spec)
+
+
+def _reference(expr: str, names: tuple[str, ...], order: int):
+    """Autograd through ``expr`` in torch ops, as dbgen's generated tests write it."""
+    from .replacement import formula_function
+
+    return formula_function(expr, names, order)
+
+
+def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: Target) -> list[static.Finding]:
+    """The static findings, a ctx attribute seen to hold a tensor at run time said so (one that holds
+    the call's own output is a reference cycle, not a wrong derivative), and one the source did not
+    show (set through a helper) added."""
+    confirmed, seen = [], set()
+    for finding in findings:
+        attribute = _ctx_attribute(finding.message)
+        if stashed.get(attribute) == "output":
+            finding = static.Finding(finding.file, finding.line, (
+                f"ctx.{attribute} holds the output itself: autograd keeps its graph, so the derivatives are "
+                "right, but ctx -> output -> its grad_fn -> ctx is a reference cycle that frees memory only "
+                "at garbage collection; use ctx.save_for_backward"), static.LIMIT, finding.check)
+            seen.add(attribute)
+        elif attribute in stashed:
+            finding = static.Finding(finding.file, finding.line, finding.message + "; it held a tensor at run time",
+                                     finding.kind, finding.check)
+            seen.add(attribute)
+        confirmed.append(finding)
+    for attribute, kind in stashed.items():
+        if attribute not in seen and kind == "tensor":
+            confirmed.append(static.Finding(_file_of(target.cls), _line_of(target.cls), (
+                f"ctx.{attribute} held a tensor at run time: a tensor kept on ctx is a constant to autograd at "
+                "the next order (the tutorial's SinhBad); use ctx.save_for_backward"), check="static"))
+    return confirmed
+
+
+def _ctx_attribute(message: str) -> str | None:
+    return message[4:].split(" ", 1)[0] if message.startswith("ctx.") else None
+
+
+def _file_of(cls: type) -> str:
+    import inspect
+
+    try:
+        return static._shown(inspect.getsourcefile(cls) or "<unknown>")
+    except TypeError:
+        return "<unknown>"
+
+
+def _line_of(cls: type) -> int:
+    import inspect
+
+    try:
+        return inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return 0
+
+
+def _verdict(findings, results, order: int) -> tuple[str, int | None, int, str]:
+    """(verdict, wrong_at_order, correct_to_order, a one-line summary)."""
+    wrong = [r for r in results if r.status == dynamic.WRONG]
+    wrong_at = min((r.order for r in wrong if r.order is not None), default=None) if wrong else None
+    failed_orders = [int(r.check.split()[-1]) for r in results
+                     if r.check.startswith("order ") and r.status == dynamic.FAIL]
+    first_bad = min([o for o in (wrong_at, *failed_orders) if o is not None], default=order + 1)
+    correct_to = min(first_bad - 1, order)
+    if wrong:
+        wrong_at = wrong_at if wrong_at is not None else 1
+        against_expr = all(r.check.startswith("expr") for r in wrong if r.order == wrong_at)
+        summary = (f"differs from --expr from order {wrong_at}" if against_expr
+                   else f"silently wrong at order {wrong_at}")
+        return WRONG, wrong_at, correct_to, summary
+    limits = [r.check for r in results if r.status == dynamic.FAIL]
+    static_limits = [f for f in findings if f.kind == static.LIMIT]
+    if limits or static_limits:
+        parts = [f"correct to order {correct_to}"]
+        if failed_orders:
+            parts.append(f"order {min(failed_orders)} raises")
+        refused = [c for c in limits if c in dynamic.TRANSFORMS]
+        if refused:
+            parts.append("not torch.func-ready" if set(refused) - {"compile"} else "no torch.compile fullgraph")
+        return LIMITED, None, correct_to, "; ".join(parts)
+    return OK, None, correct_to, f"correct to order {correct_to}"
