@@ -288,7 +288,8 @@ def audit(
     try:
         options = auditing.Options(_domains(domain), _shape(shape), order, expr)
         with _audit_dtype(dtype):
-            audits = auditing.run(targets, options)
+            audits = auditing.run(targets, options, skipped=lambda text: typer.echo(f"dbgen: skipped {text}",
+                                                                                   err=True))
     except (auditing.TargetError, ValueError) as exc:
         console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None

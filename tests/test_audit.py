@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import run_dbgen
 
 from codegen import audit as auditing
 from codegen.audit import dynamic, static
 from codegen.audit.replacement import spec_name
 from codegen.spec import load_spec
-from helpers import run_dbgen
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "audit"
 SEED, TIMM, E3NN, BUGGY = (FIXTURES / f"{name}.py" for name in ("seed_functions", "timm_activations_me",
@@ -186,3 +186,16 @@ def test_auditing_runs_nothing_of_the_target_beyond_its_import(tmp_path):
     (tmp_path / "imports.py").write_text(source)
     auditing.run([str(tmp_path / "imports.py")], auditing.Options(order=1))
     assert marker.exists()  # what importing it runs, it runs: the file calls it at import
+
+
+def test_dbgens_own_generated_functions_are_correct_to_their_order():
+    """Every example's public generated Function (a file dbgen generated: level 0 only) audits
+    correct to order 3, never wrong; those with params are limited only by taking
+    them as numbers (no gradient), and those calling SciPy by torch.compile's graph break."""
+    generated = sorted((Path(__file__).resolve().parent.parent / "generated").glob("[a-z]*.py"))
+    found = auditing.run([str(p) for p in generated], auditing.Options())
+    assert len(found) == len(generated)  # one public Function each
+    for audit in found:  # beyond a spec's order autograd differentiates the last level: right too
+        assert audit.verdict != "wrong" and audit.correct_to_order == 3, (audit.function, audit.summary)
+        assert _suspects(audit) == [], audit.findings
+

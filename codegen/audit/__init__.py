@@ -9,10 +9,10 @@ per Function (``ok``, ``wrong`` at some order, ``limited``) -> report (a table, 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import dynamic, static
-from .targets import Target, TargetError, resolve
+from .targets import NoFunctionError, Target, TargetError, resolve
 
 OK, WRONG, LIMITED = "ok", "wrong", "limited"
 __all__ = ["Audit", "Options", "TargetError", "audit", "run"]
@@ -43,9 +43,21 @@ class Audit:
     spec: str | None = None  # the replacing spec's YAML, where --expr agrees
 
 
-def run(texts: Sequence[str], options: Options) -> list[Audit]:
-    """Audit every Function the targets name, in order (TargetError for a target that names none)."""
-    targets = [target for text in texts for target in resolve(text)]
+def run(texts: Sequence[str], options: Options, skipped=None) -> list[Audit]:
+    """Audit every Function the targets name, in order. TargetError for a target that cannot be
+    resolved; a module or file that defines no Function is skipped (``skipped(message)``) among
+    others, an error alone."""
+    targets = []
+    for text in texts:
+        try:
+            targets += resolve(text)
+        except NoFunctionError as exc:
+            if len(texts) == 1:
+                raise
+            if skipped is not None:
+                skipped(str(exc))
+    if not targets:
+        raise TargetError("no torch.autograd.Function subclass in " + ", ".join(texts))
     return [audit(target, options) for target in targets]
 
 
@@ -53,6 +65,13 @@ def audit(target: Target, options: Options) -> Audit:
     findings = static.check(target.cls)
     names = dynamic.input_names(target.cls)
     setup = dynamic.Setup(names, tuple(options.domains.get(n, dynamic.DEFAULT_DOMAIN) for n in names), options.shape)
+    try:
+        setup = _callable_setup(target.cls, setup)
+    except Exception as exc:  # noqa: BLE001 - the user's Function, called with tensors it does not take
+        summary = (f"cannot be called with tensor inputs ({', '.join(names)}): {dynamic.first_line(exc)}; audit a "
+                   "Function whose forward takes tensors, or give its other arguments defaults")
+        return Audit(target.name, names, tuple(findings), (), LIMITED, None, 0, summary)
+    findings += _ungraded(target, setup)
     subject = dynamic.Subject(target.cls, setup)
     reference = _reference(options.expr, names, options.order) if options.expr else None
     results = [*dynamic.gradchecks(subject, options.order),
@@ -66,6 +85,49 @@ def audit(target: Target, options: Options) -> Audit:
 
         spec = replacing_spec(target, names, options)
     return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary, spec)
+
+
+def _callable_setup(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
+    """``setup`` as the Function can be called: every argument a tensor, else its last 1, 2, ...
+    arguments Python numbers (params, such as dbgen's own, which torch ops take as numbers); with the
+    inputs backward returns no gradient for, and those of them at the end passed as numbers too, as
+    its callers pass params. Raises what the all-tensor call raised."""
+    probed = _probed(cls, setup)
+    count = 0
+    while count < len(probed.names) - 1 and probed.names[-1 - count] in {*probed.constant, *probed.numbers}:
+        count += 1
+    trailing = probed.names[len(probed.names) - count:]
+    if not count or set(trailing) <= set(probed.numbers):
+        return probed
+    numbered = replace(probed, numbers=trailing, constant=tuple(n for n in probed.constant if n not in trailing))
+    try:
+        dynamic.ungraded_inputs(cls, numbered)
+    except Exception:  # noqa: BLE001 - it wants tensors there after all
+        return probed
+    return numbered
+
+
+def _probed(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
+    try:
+        return replace(setup, constant=dynamic.ungraded_inputs(cls, setup))
+    except Exception:  # noqa: BLE001 - the user's Function: retried with numbers, re-raised if nothing works
+        for count in range(1, len(setup.names)):
+            numbered = replace(setup, numbers=setup.names[-count:])
+            try:
+                return replace(numbered, constant=dynamic.ungraded_inputs(cls, numbered))
+            except Exception:  # noqa: BLE001,S112 - try one more number
+                continue
+        raise  # what the all-tensor call raised
+
+
+def _ungraded(target: Target, setup: dynamic.Setup) -> list[static.Finding]:
+    """A finding for each input backward returns None for: differentiated in no check (as a mask,
+    an index or a param), and worth a look when it is something someone trains."""
+    return [static.Finding(_file_of(target.cls), _line_of(target.cls), (
+        f"backward returns no gradient for {name} (None; the checks {how}): if a tensor is ever passed there "
+        "to be trained, its gradient is silently missing"), static.LIMIT, "static")
+        for names, how in ((setup.constant, "hold it constant"), (setup.numbers, "pass it a number"))
+        for name in names]
 
 
 def _reference(expr: str, names: tuple[str, ...], order: int):
@@ -82,6 +144,8 @@ def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: 
     confirmed, seen = [], set()
     for finding in findings:
         attribute = _ctx_attribute(finding.message)
+        if stashed.get(attribute) in ("constant input", "no tensor"):
+            continue  # a number at run time, or an input held constant (its own finding says so)
         if stashed.get(attribute) == "output":
             finding = static.Finding(finding.file, finding.line, (
                 f"ctx.{attribute} holds the output itself: autograd keeps its graph, so the derivatives are "

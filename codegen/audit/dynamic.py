@@ -48,12 +48,42 @@ class Setup:
     domains: tuple[tuple[float, float], ...]
     shape: tuple[int, ...] = (6,)
     dtype: torch.dtype = torch.float64
+    # inputs the Function returns no gradient for (None, as for a mask): drawn, never differentiated
+    constant: tuple[str, ...] = ()
+    # trailing arguments it takes as Python numbers (a param such as alpha): 3/4 into their domain
+    numbers: tuple[str, ...] = ()
 
     def inputs(self, seed: int, shape=None) -> list[torch.Tensor]:
+        """The tensor inputs (not the numbers), drawn from their domains."""
         generator = torch.Generator().manual_seed(seed)
         shape = self.shape if shape is None else shape
         return [(lo + (hi - lo) * torch.rand(shape, generator=generator, dtype=torch.float64)).to(self.dtype)
-                .requires_grad_() for lo, hi in self.domains]
+                .requires_grad_(name not in self.constant) for name, (lo, hi) in zip(self.names, self.domains)
+                if name not in self.numbers]
+
+    def arguments(self, tensors) -> list:
+        """forward's arguments: the tensors, with the numbers in their places."""
+        given = iter(tensors)
+        return [lo + 0.75 * (hi - lo) if name in self.numbers else next(given)
+                for name, (lo, hi) in zip(self.names, self.domains)]
+
+
+def wrt(inputs) -> list[torch.Tensor]:
+    """The inputs that are differentiated (those the Function returns a gradient for)."""
+    return [x for x in inputs if x.requires_grad]
+
+
+def ungraded_inputs(cls: type, setup: Setup) -> tuple[str, ...]:
+    """The inputs the Function returns no gradient for (backward's None), found by one backward;
+    raises what calling it raises."""
+    inputs = setup.inputs(seed=8)
+    subject = Subject(cls, setup)
+    scalar = subject.scalar(inputs)
+    if not scalar.requires_grad:
+        return ()
+    grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
+    tensor_names = [name for name in setup.names if name not in setup.numbers]
+    return tuple(name for name, grad in zip(tensor_names, grads) if grad is None)
 
 
 def input_names(cls: type) -> tuple[str, ...]:
@@ -84,14 +114,17 @@ class Subject:
         self.cls, self.setup = cls, setup
 
     def __call__(self, *inputs):
-        return self.cls.apply(*inputs)
+        return self.cls.apply(*self.setup.arguments(inputs))
 
     def first(self, *inputs) -> torch.Tensor:
         return outputs(self(*inputs))[0]
 
     def scalar(self, inputs, seed: int = 0) -> torch.Tensor:
+        """The differentiable outputs (not those marked non-differentiable), each with its cotangent."""
         generator = torch.Generator().manual_seed(seed)
-        return sum((v * _noise(generator, v)).sum() for v in outputs(self(*inputs)))
+        values = outputs(self(*inputs))
+        differentiable = [v for v in values if v.requires_grad] or values[:1]
+        return sum((v * _noise(generator, v)).sum() for v in differentiable)
 
 
 def _noise(generator: torch.Generator, like: torch.Tensor) -> torch.Tensor:
@@ -104,7 +137,7 @@ def level_scalar(fn: Callable, inputs, level: int, seed: int = 0) -> torch.Tenso
     generator = torch.Generator().manual_seed(1000 + seed)
     scalar = fn(inputs)
     for _ in range(level):
-        scalar = sum((g * _noise(generator, g)).sum() for g in _gradients(scalar, inputs, create_graph=True))
+        scalar = sum((g * _noise(generator, g)).sum() for g in _gradients(scalar, wrt(inputs), create_graph=True))
     return scalar
 
 
@@ -135,14 +168,14 @@ def _against_differences(subject: Subject, inputs, k: int) -> Result:
     scalar = lambda xs: subject.scalar(xs)
     try:
         top = level_scalar(scalar, inputs, k - 1)
-        grads = _gradients(top, inputs)
+        grads = _gradients(top, wrt(inputs))
     except Exception as exc:  # noqa: BLE001 - the user's Function: its error is the finding
-        return Result(check, FAIL, f"order {k} raises: {_first_line(exc)}")
+        return Result(check, FAIL, f"order {k} raises: {first_line(exc)}")
     disconnected = "" if top.requires_grad else (
         f" (order {k - 1} is disconnected from the inputs in autograd's graph: a loss holding it silently "
         "loses its derivative)")
     generator = torch.Generator().manual_seed(k)
-    directions = [torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.dtype) for x in inputs]
+    directions = [torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.dtype) for x in wrt(inputs)]
     exact = sum((g * d).sum() for g, d in zip(grads, directions)).item()
     quotients = [_quotient(scalar, inputs, directions, k - 1, STEP * factor) for factor in (1.0, 0.5)]
     if not all(math.isfinite(q) for q in quotients):
@@ -161,7 +194,8 @@ def _against_differences(subject: Subject, inputs, k: int) -> Result:
 def _quotient(scalar, inputs, directions, level: int, step: float) -> float:
     sides = []
     for sign in (1, -1):
-        moved = [(x + sign * step * d).detach().requires_grad_() for x, d in zip(inputs, directions)]
+        steps = iter(directions)
+        moved = [(x + sign * step * next(steps)).detach().requires_grad_() if x.requires_grad else x for x in inputs]
         with torch.enable_grad():
             sides.append(level_scalar(scalar, moved, level).item())
     return (sides[0] - sides[1]) / (2 * step)
@@ -183,10 +217,10 @@ def _against_reference(subject: Subject, reference: Callable, inputs, k: int) ->
         return lambda xs: (fn(*xs) * _noise(torch.Generator().manual_seed(7), fn(*xs))).sum()
 
     try:
-        ours = _gradients(level_scalar(first(subject.first), inputs, k - 1), inputs)
+        ours = _gradients(level_scalar(first(subject.first), inputs, k - 1), wrt(inputs))
     except Exception as exc:  # noqa: BLE001
-        return Result(check, FAIL, f"order {k} raises: {_first_line(exc)}")
-    theirs = _gradients(level_scalar(first(reference), inputs, k - 1), inputs)
+        return Result(check, FAIL, f"order {k} raises: {first_line(exc)}")
+    theirs = _gradients(level_scalar(first(reference), inputs, k - 1), wrt(inputs))
     for got, want in zip(ours, theirs):
         finite = torch.isfinite(want)
         if not torch.isfinite(got[finite]).all():
@@ -204,23 +238,37 @@ def gradchecks(subject: Subject, order: int) -> list[Result]:
         if order < needed:
             continue
         inputs = subject.setup.inputs(seed=2, shape=(3,))
+        if not _finite(subject, inputs):
+            results.append(Result(name, NOT_APPLICABLE, NOT_FINITE))
+            continue
         try:
             run(lambda *xs: tuple(outputs(subject(*xs))), inputs)
             results.append(Result(name, PASS))
         except Exception as exc:  # noqa: BLE001 - GradcheckError, or the Function's own error
             wrong = type(exc).__name__ == "GradcheckError"
-            results.append(Result(name, WRONG if wrong else FAIL, _first_line(exc), needed if wrong else None))
+            results.append(Result(name, WRONG if wrong else FAIL, first_line(exc), needed if wrong else None))
     return results
+
+
+NOT_FINITE = "the Function is not finite at the drawn points: give each input's --domain"
+
+
+def _finite(subject: Subject, inputs) -> bool:
+    """Whether every output is finite at ``inputs`` (else a comparison there says nothing)."""
+    try:
+        with torch.no_grad():
+            return all(bool(torch.isfinite(v).all()) for v in outputs(subject(*inputs)))
+    except Exception:  # noqa: BLE001 - the checks themselves report the Function's errors
+        return True
 
 
 @contextlib.contextmanager
 def ctx_tensors():
-    """Record every attribute set on a ctx that holds a tensor (torch's own bookkeeping aside), and
-    its value."""
+    """Record every attribute set on a ctx (torch's own bookkeeping aside), and its value."""
     stored: list[tuple[str, object]] = []
 
     def record(ctx, attribute, value):
-        if attribute not in TORCH_CTX_ATTRIBUTES and _holds_tensor(value):
+        if attribute not in TORCH_CTX_ATTRIBUTES:
             stored.append((attribute, value))
         object.__setattr__(ctx, attribute, value)
 
@@ -246,20 +294,27 @@ def _holds_tensor(value) -> bool:
 
 
 def stashed_on_ctx(subject: Subject) -> dict[str, str]:
-    """The ctx attributes that hold tensors through a call and a create_graph backward: name ->
-    "output" where it is an output of the call itself (autograd keeps its graph), else "tensor"."""
+    """The ctx attributes set through a call and a create_graph backward: name ->
+    "output" where it is an output of the call itself (autograd keeps its graph), "constant input"
+    where it is an input backward returns no gradient for, "no tensor" where it held none (a number),
+    else "tensor"."""
     inputs = subject.setup.inputs(seed=3)
     with ctx_tensors() as stored:
         try:
             returned = outputs(subject(*inputs))
-            scalar = sum(v.sum() for v in returned)
-            torch.autograd.grad(scalar, inputs, create_graph=True, allow_unused=True)
-        except Exception:  # noqa: BLE001,S110 - the order checks report the Function's errors
+            scalar = sum(v.sum() for v in returned if v.requires_grad)
+            torch.autograd.grad(scalar, wrt(inputs), create_graph=True, allow_unused=True)
+        except Exception:  # noqa: BLE001 - the order checks report the Function's errors
             returned = []
     found = {}
     for attribute, value in stored:
-        kind = "output" if any(value is out for out in returned) else "tensor"
-        found[attribute] = "tensor" if found.get(attribute) == "tensor" else kind
+        if not _holds_tensor(value):
+            kind = "no tensor"
+        elif any(value is x for x in inputs if not x.requires_grad):
+            kind = "constant input"  # an input it returns no gradient for: a constant to autograd anyway
+        else:
+            kind = "output" if any(value is out for out in returned) else "tensor"
+        found[attribute] = found[attribute] if found.get(attribute) == "tensor" else kind
     return found
 
 
@@ -268,13 +323,16 @@ def transform_checks(subject: Subject) -> list[Result]:
     inputs = subject.setup.inputs(seed=4, shape=(4,))
     plain = [x.detach() for x in inputs]
     generator = torch.Generator().manual_seed(5)
-    tangents = [torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.dtype) for x in plain]
+    tangents = [torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.dtype) if x.requires_grad
+                else torch.zeros_like(x) for x in inputs]
+    argnums = tuple(i for i, x in enumerate(inputs) if x.requires_grad)
     first = subject.first
+    if not _finite(subject, inputs):
+        return [Result(name, NOT_APPLICABLE, NOT_FINITE) for name in TRANSFORMS]
     try:
-        grads, directional, hvp = _autograd_numbers(first, inputs, tangents)
+        grads, directional, hvp = _autograd_numbers(first, inputs, [tangents[i] for i in argnums])
     except Exception as exc:  # noqa: BLE001 - nothing to compare the transforms with
-        return [Result(name, NOT_APPLICABLE, f"autograd itself raises: {_first_line(exc)}") for name in TRANSFORMS]
-    argnums = tuple(range(len(plain)))
+        return [Result(name, NOT_APPLICABLE, f"autograd itself raises: {first_line(exc)}") for name in TRANSFORMS]
     summed = lambda *xs: first(*xs).sum()
     runs = {
         "vmap": (lambda: torch.func.vmap(first)(*(torch.stack([x, x.flip(0)]) for x in plain)),
@@ -286,7 +344,7 @@ def transform_checks(subject: Subject) -> list[Result]:
                    lambda got: _close([j.sum(0) for j in got], grads), 1),
         "jacfwd": (lambda: torch.func.jacfwd(first, argnums=argnums)(*plain),
                    lambda got: _close([j.sum(0) for j in got], grads), 1),
-        "hessian": (lambda: _hessian_vector(summed, plain, tangents), lambda got: _close(got, hvp), 2),
+        "hessian": (lambda: _hessian_vector(summed, plain, tangents, argnums), lambda got: _close(got, hvp), 2),
         "jvp": (lambda: torch.func.jvp(first, tuple(plain), tuple(tangents))[1],
                 lambda got: _close(got.sum(), directional), 1),
         "forward_ad": (lambda: _dual_tangent(first, plain, tangents), lambda got: _close(got.sum(), directional), 1),
@@ -298,7 +356,7 @@ def transform_checks(subject: Subject) -> list[Result]:
         try:
             got = run()
         except Exception as exc:  # noqa: BLE001 - the transform's refusal is the finding
-            results.append(Result(name, FAIL, _first_line(exc)))
+            results.append(Result(name, FAIL, first_line(exc)))
             continue
         if name == "hessian" and hvp is None:
             results.append(Result(name, NOT_APPLICABLE, "autograd's own second derivative is not connected"))
@@ -313,17 +371,18 @@ def _autograd_numbers(first, inputs, tangents):
     """Autograd's gradients of the first output's sum, its directional derivative along the
     tangents, and the Hessian-vector product (None where autograd's second order is disconnected)."""
     value = first(*inputs)
-    grads = torch.autograd.grad(value, inputs, torch.ones_like(value), create_graph=True, allow_unused=True,
+    grads = torch.autograd.grad(value, wrt(inputs), torch.ones_like(value), create_graph=True, allow_unused=True,
                                 materialize_grads=True)
     directional = sum((g * t).sum() for g, t in zip(grads, tangents))
     hvp = None
     if directional.requires_grad:
-        hvp = torch.autograd.grad(directional, inputs, allow_unused=True, materialize_grads=True)
+        hvp = torch.autograd.grad(directional, wrt(inputs), allow_unused=True, materialize_grads=True)
     return [g.detach() for g in grads], directional.detach(), hvp
 
-def _hessian_vector(summed, plain, tangents):
-    hessian = torch.func.hessian(summed, argnums=tuple(range(len(plain))))(*plain)
-    return [sum((block * t).sum(-1) if block.dim() == 2 else block * t for block, t in zip(row, tangents))
+def _hessian_vector(summed, plain, tangents, argnums):
+    hessian = torch.func.hessian(summed, argnums=argnums)(*plain)
+    along = [tangents[i] for i in argnums]
+    return [sum((block * t).sum(-1) if block.dim() == 2 else block * t for block, t in zip(row, along))
             for row in hessian]
 
 
@@ -349,6 +408,6 @@ def _close(got, want) -> bool:
                        equal_nan=True) for g, w in zip(got, want))
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".strip()

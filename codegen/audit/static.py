@@ -179,7 +179,10 @@ def _leaving_autograd(backward: _Method) -> list[Finding]:
     """Calls in backward that autograd cannot see through, and in-place changes of saved tensors."""
     findings = []
     saved = _saved_names(backward)
+    handed = _applied_arguments(backward)
     for node in ast.walk(backward.tree):
+        if id(node) in handed:
+            continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LEAVING:
             findings.append(Finding(backward.file, backward.line(node),
                                     f"backward calls {_LEAVING[node.func.attr]} at the next order", check="static"))
@@ -204,6 +207,14 @@ def _leaving_autograd(backward: _Method) -> list[Finding]:
                                 "backward is decorated with torch.no_grad(): nothing there is differentiable at the "
                                 "next order", check="static"))
     return findings
+
+
+def _applied_arguments(backward: _Method) -> set[int]:
+    """The arguments backward hands to another Function's ``apply`` (the nested pattern): a value
+    detached there is a constant of that Function, whose own backward carries the derivatives."""
+    return {id(arg) for node in ast.walk(backward.tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "apply"
+            for arg in node.args}
 
 
 def _saved_names(backward: _Method) -> set[str]:
