@@ -110,7 +110,7 @@ def _callable_setup(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
 def _probed(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
     try:
         return replace(setup, constant=dynamic.ungraded_inputs(cls, setup))
-    except Exception:  # noqa: BLE001 - the user's Function: retried with numbers, re-raised if nothing works
+    except Exception:  # the user's Function: retried with numbers, re-raised if nothing works
         for count in range(1, len(setup.names)):
             numbered = replace(setup, numbers=setup.names[-count:])
             try:
