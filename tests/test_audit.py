@@ -199,3 +199,14 @@ def test_dbgens_own_generated_functions_are_correct_to_their_order():
         assert audit.verdict != "wrong" and audit.correct_to_order == 3, (audit.function, audit.summary)
         assert _suspects(audit) == [], audit.findings
 
+
+def test_float32_checks_every_order_against_float64(tmp_path):
+    # x + 1e5 - 1e5 is x in float64 and x to 0.008 in float32
+    lossy = BUGGY.read_text().replace("return x * torch.sigmoid(x)", "return (x + 1e5 - 1e5) * torch.sigmoid(x)")
+    path = tmp_path / "lossy.py"
+    path.write_text(lossy)
+    fine, coarse = (auditing.run([f"{p}:SwishNewStyle"], auditing.Options(dtype="float32"))[0] for p in (BUGGY, path))
+    assert {r.check: r.status for r in fine.results}["float32"] == dynamic.PASS and fine.verdict == "ok"
+    checks = {r.check: r for r in coarse.results}
+    assert checks["float32"].status == dynamic.FAIL and "order 0 in float32 is off" in checks["float32"].reason
+

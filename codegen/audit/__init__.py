@@ -26,6 +26,7 @@ class Options:
     shape: tuple[int, ...] = (6,)
     order: int = 3
     expr: str | None = None
+    dtype: str = "float64"  # float32: also check every order in float32 against float64
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def audit(target: Target, options: Options) -> Audit:
     results = [*dynamic.gradchecks(subject, options.order),
                *dynamic.order_checks(subject, options.order, reference),
                *dynamic.transform_checks(subject)]
+    if options.dtype == "float32":
+        results.append(dynamic.float32_check(subject, options.order))
     findings = _confirmed(findings, dynamic.stashed_on_ctx(subject), target)
     verdict, wrong_at, correct_to, summary = _verdict(findings, results, options.order)
     spec = None
@@ -173,7 +176,7 @@ def _file_of(cls: type) -> str:
     import inspect
 
     try:
-        return static._shown(inspect.getsourcefile(cls) or "<unknown>")
+        return static.shown_path(inspect.getsourcefile(cls) or "<unknown>")
     except TypeError:
         return "<unknown>"
 
@@ -210,5 +213,7 @@ def _verdict(findings, results, order: int) -> tuple[str, int | None, int, str]:
         refused = [c for c in limits if c in dynamic.TRANSFORMS]
         if refused:
             parts.append("not torch.func-ready" if set(refused) - {"compile"} else "no torch.compile fullgraph")
+        if "float32" in limits:
+            parts.append("imprecise in float32")
         return LIMITED, None, correct_to, "; ".join(parts)
     return OK, None, correct_to, f"correct to order {correct_to}"

@@ -231,6 +231,30 @@ def _against_reference(subject: Subject, reference: Callable, inputs, k: int) ->
     return Result(check, PASS)
 
 
+def float32_check(subject: Subject, order: int) -> Result:
+    """Every order up to ``order`` in float32 against float64 at the same points, within 1e-3 of
+    the largest float64 value (float32 derivatives cannot be checked by differences of their own)."""
+    exact = subject.setup.inputs(seed=9)
+    single = [x.detach().float().requires_grad_(x.requires_grad) for x in exact]
+    if not _finite(subject, exact):
+        return Result("float32", NOT_APPLICABLE, NOT_FINITE)
+    scalar = lambda xs: subject.scalar(xs)  # noqa: E731
+    try:
+        for k in range(order + 1):
+            want = [g.detach() for g in _gradients(level_scalar(scalar, exact, k - 1), wrt(exact))] if k else \
+                [v.detach() for v in outputs(subject(*exact))]
+            got = [g.detach().double() for g in _gradients(level_scalar(scalar, single, k - 1), wrt(single))] if k \
+                else [v.detach().double() for v in outputs(subject(*single))]
+            for g, w in zip(got, want):
+                scale = max(1.0, w.abs().max().item())
+                if not torch.isfinite(g).all() or (g - w).abs().max().item() > 1e-3 * scale:
+                    error = (g - w).abs().max().item()
+                    return Result("float32", FAIL, f"order {k} in float32 is off float64's by {error:.3g}")
+    except Exception as exc:  # noqa: BLE001 - the Function refuses float32
+        return Result("float32", FAIL, first_line(exc))
+    return Result("float32", PASS)
+
+
 def gradchecks(subject: Subject, order: int) -> list[Result]:
     results = []
     for name, run, needed in (("gradcheck", torch.autograd.gradcheck, 1),

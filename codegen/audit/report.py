@@ -117,7 +117,7 @@ def details(audit: Audit) -> list[str]:
         where = f" ({limits[0].file}:{limits[0].line}: {', '.join(_label(f.message) for f in limits)})" if limits else ""
         lines.append(f"{audit.function}: limited, {audit.summary}{where}")
         lines += [f"  {r.check}: {r.reason}" for r in audit.results
-                  if r.check.startswith(("order", "expr order")) and r.status == FAIL]
+                  if r.check.startswith(("order", "expr order", "float32")) and r.status == FAIL]
     if audit.spec:
         lines.append(f"{audit.function}: the spec that replaces it (dbgen build generates its Function):")
         lines += [f"    {line}" for line in audit.spec.splitlines()]

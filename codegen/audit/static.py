@@ -104,11 +104,11 @@ def _method(cls: type, name: str) -> _Method | None:
             if getattr(raw, "__wrapped__", None) is not None and not any("once_differentiable" in d for d in decorators):
                 decorators += (getattr(raw, "__qualname__", ""),)
             first_def = first + next(i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def ")))
-            return _Method(name, node, _shown(file), first_def, decorators)
+            return _Method(name, node, shown_path(file), first_def, decorators)
     return None
 
 
-def _shown(file: str) -> str:
+def shown_path(file: str) -> str:
     """The file as the report shows it: relative to the current folder where it is inside it."""
     import os
 
