@@ -238,7 +238,7 @@ def float32_check(subject: Subject, order: int) -> Result:
     single = [x.detach().float().requires_grad_(x.requires_grad) for x in exact]
     if not _finite(subject, exact):
         return Result("float32", NOT_APPLICABLE, NOT_FINITE)
-    scalar = lambda xs: subject.scalar(xs)  # noqa: E731
+    scalar = lambda xs: subject.scalar(xs)
     try:
         for k in range(order + 1):
             want = [g.detach() for g in _gradients(level_scalar(scalar, exact, k - 1), wrt(exact))] if k else \
