@@ -165,7 +165,7 @@ def order_checks(subject: Subject, order: int, reference: Callable | None = None
 
 def _against_differences(subject: Subject, inputs, k: int) -> Result:
     check = f"order {k}"
-    scalar = lambda xs: subject.scalar(xs)
+    scalar = subject.scalar
     try:
         top = level_scalar(scalar, inputs, k - 1)
         grads = _gradients(top, wrt(inputs))
@@ -238,7 +238,7 @@ def float32_check(subject: Subject, order: int) -> Result:
     single = [x.detach().float().requires_grad_(x.requires_grad) for x in exact]
     if not _finite(subject, exact):
         return Result("float32", NOT_APPLICABLE, NOT_FINITE)
-    scalar = lambda xs: subject.scalar(xs)
+    scalar = subject.scalar
     try:
         for k in range(order + 1):
             want = [g.detach() for g in _gradients(level_scalar(scalar, exact, k - 1), wrt(exact))] if k else \
