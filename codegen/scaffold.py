@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import SpecErrors
 from .schema import SCHEMA_FILE, schema_text
-from .spec import _NUMBER_RE, display_path, load_spec  # the loader's own rule for a plain number
+from .spec import _NUMBER_RE, display_path, load_text  # the loader's own rule for a plain number
 
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
 _PLAIN_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -117,14 +116,11 @@ def create(new: NewSpec, target: Path) -> Written:
 
 def _validate(text: str, shown: str) -> None:
     """The loader's own checks on the text about to be written; problems name the option to change."""
-    with tempfile.TemporaryDirectory(prefix="dbgen-new-") as folder:
-        candidate = Path(folder) / "spec.yaml"
-        candidate.write_text(text, encoding="utf-8")
-        try:
-            load_spec(candidate, shown)
-        except SpecErrors as errors:
-            lines = [f"dbgen: {_option_hint(p.message)}" for p in errors.problems]
-            raise NewSpecError(lines + [f"dbgen: {shown} was not written; fix the option(s) above and rerun"]) from None
+    try:
+        load_text(text, shown)
+    except SpecErrors as errors:
+        lines = [f"dbgen: {_option_hint(p.message)}" for p in errors.problems]
+        raise NewSpecError(lines + [f"dbgen: {shown} was not written; fix the option(s) above and rerun"]) from None
 
 
 def _option_hint(message: str) -> str:

@@ -238,8 +238,13 @@ def load_spec(path: Path, shown: str, check_expr: bool = True) -> Spec:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise SpecErrors([Problem(shown, line, "the file is not valid UTF-8; save it as UTF-8")]) from None
-    root = _compose(text, shown)
-    return _validate(root, shown, check_expr)
+    return load_text(text, shown, check_expr)
+
+
+def load_text(text: str, shown: str, check_expr: bool = True) -> Spec:
+    """A spec's text validated as ``load_spec`` validates a file's (``shown``: the name problems
+    carry): what ``dbgen new`` and ``dbgen audit --write-spec`` check before writing one."""
+    return _validate(_compose(text, shown), shown, check_expr)
 
 
 def _has_surrogates(text: str) -> bool:

@@ -9,13 +9,12 @@ spec that ``dbgen build`` turns into its replacement is written out (validated b
 from __future__ import annotations
 
 import re
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..errors import SpecErrors
-from ..spec import Spec, load_spec
+from ..spec import Spec, load_text
 from . import dynamic
 from .targets import Target, TargetError
 
@@ -84,13 +83,10 @@ def _elementwise(cls: type, names: tuple[str, ...]) -> bool:
 
 
 def _validate(text: str, shown: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="dbgen-audit-") as folder:
-        path = Path(folder) / "spec.yaml"
-        path.write_text(text, encoding="utf-8")
-        try:
-            load_spec(path, shown)
-        except SpecErrors as errors:
-            raise TargetError(f"the replacing spec would not load: {errors.problems[0].message}") from None
+    try:
+        load_text(text, shown)
+    except SpecErrors as errors:
+        raise TargetError(f"the replacing spec would not load: {errors.problems[0].message}") from None
 
 
 def write_spec(text: str, folder: Path) -> Path:
