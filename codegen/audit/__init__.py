@@ -126,7 +126,7 @@ def _probed(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
 def _ungraded(target: Target, setup: dynamic.Setup) -> list[static.Finding]:
     """A finding for each input backward returns None for: differentiated in no check (as a mask,
     an index or a param), and worth a look when it is something someone trains."""
-    return [static.Finding(_file_of(target.cls), _line_of(target.cls), (
+    return [static.Finding(*static.source_place(target.cls), (
         f"backward returns no gradient for {name} (None; the checks {how}): if a tensor is ever passed there "
         "to be trained, its gradient is silently missing"), static.LIMIT, "static")
         for names, how in ((setup.constant, "hold it constant"), (setup.numbers, "pass it a number"))
@@ -146,48 +146,26 @@ def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: 
     show (set through a helper) added."""
     confirmed, seen = [], set()
     for finding in findings:
-        attribute = _ctx_attribute(finding.message)
+        attribute = finding.attribute
         if stashed.get(attribute) in ("constant input", "no tensor"):
             continue  # a number at run time, or an input held constant (its own finding says so)
         if stashed.get(attribute) == "output":
             finding = static.Finding(finding.file, finding.line, (
                 f"ctx.{attribute} holds the output itself: autograd keeps its graph, so the derivatives are "
                 "right, but ctx -> output -> its grad_fn -> ctx is a reference cycle that frees memory only "
-                "at garbage collection; use ctx.save_for_backward"), static.LIMIT, finding.check)
+                "at garbage collection; use ctx.save_for_backward"), static.LIMIT, finding.check, attribute)
             seen.add(attribute)
         elif attribute in stashed:
-            finding = static.Finding(finding.file, finding.line, finding.message + "; it held a tensor at run time",
-                                     finding.kind, finding.check)
+            finding = replace(finding, message=finding.message + "; it held a tensor at run time")
             seen.add(attribute)
         confirmed.append(finding)
     for attribute, kind in stashed.items():
         if attribute not in seen and kind == "tensor":
-            confirmed.append(static.Finding(_file_of(target.cls), _line_of(target.cls), (
+            confirmed.append(static.Finding(*static.source_place(target.cls), (
                 f"ctx.{attribute} held a tensor at run time: a tensor kept on ctx is a constant to autograd at "
-                "the next order (the tutorial's SinhBad); use ctx.save_for_backward"), check="static"))
+                "the next order (the tutorial's SinhBad); use ctx.save_for_backward"), check="static",
+                attribute=attribute))
     return confirmed
-
-
-def _ctx_attribute(message: str) -> str | None:
-    return message[4:].split(" ", 1)[0] if message.startswith("ctx.") else None
-
-
-def _file_of(cls: type) -> str:
-    import inspect
-
-    try:
-        return static.shown_path(inspect.getsourcefile(cls) or "<unknown>")
-    except TypeError:
-        return "<unknown>"
-
-
-def _line_of(cls: type) -> int:
-    import inspect
-
-    try:
-        return inspect.getsourcelines(cls)[1]
-    except (OSError, TypeError):
-        return 0
 
 
 def _verdict(findings, results, order: int) -> tuple[str, int | None, int, str]:

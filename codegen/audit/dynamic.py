@@ -42,12 +42,11 @@ class Result:
 
 @dataclass(frozen=True)
 class Setup:
-    """How the Function is called: its tensor inputs' names, domains, shape and dtype."""
+    """How the Function is called: its inputs' names, domains and shape (float64)."""
 
     names: tuple[str, ...]
     domains: tuple[tuple[float, float], ...]
     shape: tuple[int, ...] = (6,)
-    dtype: torch.dtype = torch.float64
     # inputs the Function returns no gradient for (None, as for a mask): drawn, never differentiated
     constant: tuple[str, ...] = ()
     # trailing arguments it takes as Python numbers (a param such as alpha): 3/4 into their domain
@@ -57,7 +56,7 @@ class Setup:
         """The tensor inputs (not the numbers), drawn from their domains."""
         generator = torch.Generator().manual_seed(seed)
         shape = self.shape if shape is None else shape
-        return [(lo + (hi - lo) * torch.rand(shape, generator=generator, dtype=torch.float64)).to(self.dtype)
+        return [(lo + (hi - lo) * torch.rand(shape, generator=generator, dtype=torch.float64))
                 .requires_grad_(name not in self.constant) for name, (lo, hi) in zip(self.names, self.domains)
                 if name not in self.numbers]
 
@@ -214,7 +213,11 @@ def _against_reference(subject: Subject, reference: Callable, inputs, k: int) ->
     check = f"expr order {k}"
 
     def first(fn):
-        return lambda xs: (fn(*xs) * _noise(torch.Generator().manual_seed(7), fn(*xs))).sum()
+        def scalar(xs):
+            value = fn(*xs)
+            return (value * _noise(torch.Generator().manual_seed(7), value)).sum()
+
+        return scalar
 
     try:
         ours = _gradients(level_scalar(first(subject.first), inputs, k - 1), wrt(inputs))
@@ -238,13 +241,10 @@ def float32_check(subject: Subject, order: int) -> Result:
     single = [x.detach().float().requires_grad_(x.requires_grad) for x in exact]
     if not _finite(subject, exact):
         return Result("float32", NOT_APPLICABLE, NOT_FINITE)
-    scalar = subject.scalar
     try:
         for k in range(order + 1):
-            want = [g.detach() for g in _gradients(level_scalar(scalar, exact, k - 1), wrt(exact))] if k else \
-                [v.detach() for v in outputs(subject(*exact))]
-            got = [g.detach().double() for g in _gradients(level_scalar(scalar, single, k - 1), wrt(single))] if k \
-                else [v.detach().double() for v in outputs(subject(*single))]
+            want = _order_values(subject, exact, k)
+            got = [g.double() for g in _order_values(subject, single, k)]
             for g, w in zip(got, want):
                 scale = max(1.0, w.abs().max().item())
                 if not torch.isfinite(g).all() or (g - w).abs().max().item() > 1e-3 * scale:
@@ -253,6 +253,13 @@ def float32_check(subject: Subject, order: int) -> Result:
     except Exception as exc:  # noqa: BLE001 - the Function refuses float32
         return Result("float32", FAIL, first_line(exc))
     return Result("float32", PASS)
+
+
+def _order_values(subject: Subject, inputs, k: int) -> list[torch.Tensor]:
+    """The outputs (k = 0), else the gradients of order k (contracted as the order checks do)."""
+    if not k:
+        return [v.detach() for v in outputs(subject(*inputs))]
+    return [g.detach() for g in _gradients(level_scalar(subject.scalar, inputs, k - 1), wrt(inputs))]
 
 
 def gradchecks(subject: Subject, order: int) -> list[Result]:
@@ -402,6 +409,7 @@ def _autograd_numbers(first, inputs, tangents):
     if directional.requires_grad:
         hvp = torch.autograd.grad(directional, wrt(inputs), allow_unused=True, materialize_grads=True)
     return [g.detach() for g in grads], directional.detach(), hvp
+
 
 def _hessian_vector(summed, plain, tangents, argnums):
     hessian = torch.func.hessian(summed, argnums=argnums)(*plain)

@@ -46,6 +46,7 @@ class Finding:
     message: str
     kind: str = SUSPECT
     check: str = ""  # the report column it belongs to: static, or a dynamic check's name
+    attribute: str | None = None  # the ctx attribute a finding of a tensor kept on ctx is about
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,22 @@ def _method(cls: type, name: str) -> _Method | None:
                 return None
             tree = ast.parse(textwrap.dedent("".join(lines)))
             node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
-            raw = getattr(vars(owner)[name], "__func__", vars(owner)[name])
             decorators = tuple(ast.unparse(d) for d in node.decorator_list)
-            if getattr(raw, "__wrapped__", None) is not None and not any("once_differentiable" in d for d in decorators):
-                decorators += (getattr(raw, "__qualname__", ""),)
             first_def = first + next(i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def ")))
             return _Method(name, node, shown_path(file), first_def, decorators)
     return None
+
+
+def source_place(cls: type) -> tuple[str, int]:
+    """Where class ``cls`` is defined: its file as the report shows it, and its line (0 unknown)."""
+    try:
+        file = shown_path(inspect.getsourcefile(cls) or "<unknown>")
+    except TypeError:
+        file = "<unknown>"
+    try:
+        return file, inspect.getsourcelines(cls)[1]
+    except (OSError, TypeError):
+        return file, 0
 
 
 def shown_path(file: str) -> str:
@@ -171,7 +181,7 @@ def _stashed_reads(stashed: dict[str, tuple[int, bool]], backward: _Method, savi
                 f"ctx.{node.attr} is set in {saving.name} and read in backward (line {backward.line(node)}): a tensor "
                 "kept on ctx is a constant to autograd, so the derivatives of backward miss how it depends on the "
                 "inputs (the tutorial's SinhBad); save it with ctx.save_for_backward as an input or output, or "
-                "recompute it in backward"), check="static"))
+                "recompute it in backward"), check="static", attribute=node.attr))
     return findings
 
 
