@@ -123,23 +123,23 @@ def _whole_order(exact):
     return value
 
 
-def _half_sum(cls, sign):
+def _half_sum(cls, sign, nu, x):
     """(F(nu - 1, x) + sign F(nu + 1, x)) / 2: the Bessel functions' derivative recurrences."""
-    return lambda nu, x: (cls(nu - 1, x) + sign * cls(nu + 1, x)) / 2
+    return (cls(nu - 1, x) + sign * cls(nu + 1, x)) / 2
 
 
-jv = _scipy("jv", 2, lambda nu, x: _half_sum(jv, -1)(nu, x), mpmath.besselj,
+jv = _scipy("jv", 2, lambda nu, x: _half_sum(jv, -1, nu, x), mpmath.besselj,
             "jv(nu, x), the Bessel function of the first kind of real order nu")
-yv = _scipy("yv", 2, lambda nu, x: _half_sum(yv, -1)(nu, x), mpmath.bessely,
+yv = _scipy("yv", 2, lambda nu, x: _half_sum(yv, -1, nu, x), mpmath.bessely,
             "yv(nu, x), the Bessel function of the second kind, x > 0")
-iv = _scipy("iv", 2, lambda nu, x: _half_sum(iv, 1)(nu, x), mpmath.besseli,
+iv = _scipy("iv", 2, lambda nu, x: _half_sum(iv, 1, nu, x), mpmath.besseli,
             "iv(nu, x), the modified Bessel function of the first kind")
-kv = _scipy("kv", 2, lambda nu, x: -_half_sum(kv, 1)(nu, x), mpmath.besselk,
+kv = _scipy("kv", 2, lambda nu, x: -_half_sum(kv, 1, nu, x), mpmath.besselk,
             "kv(nu, x), the modified Bessel function of the second kind, x > 0")
-ive = _scipy("ive", 2, lambda nu, x: _half_sum(ive, 1)(nu, x) - sympy.sign(x) * ive(nu, x),
+ive = _scipy("ive", 2, lambda nu, x: _half_sum(ive, 1, nu, x) - sympy.sign(x) * ive(nu, x),
              lambda nu, x: mpmath.besseli(nu, x) * mpmath.exp(-abs(x)),
              "ive(nu, x) = iv(nu, x) * exp(-|x|)")
-kve = _scipy("kve", 2, lambda nu, x: kve(nu, x) - _half_sum(kve, 1)(nu, x),
+kve = _scipy("kve", 2, lambda nu, x: kve(nu, x) - _half_sum(kve, 1, nu, x),
              lambda nu, x: mpmath.besselk(nu, x) * mpmath.exp(x), "kve(nu, x) = kv(nu, x) * exp(x), x > 0")
 expi = _scipy("expi", 1, lambda x: sympy.exp(x) / x, mpmath.ei, "expi(x), the exponential integral Ei")
 gammainc = _scipy("gammainc", 2, lambda a, x: x ** (a - 1) * sympy.exp(-x - sympy.loggamma(a)),
