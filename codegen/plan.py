@@ -8,6 +8,7 @@ else), which is what makes the tutorial's ``SinhBad`` impossible to generate.
 
 from __future__ import annotations
 
+import functools
 import keyword
 import math
 import re
@@ -132,6 +133,12 @@ class ModulePlan:
         """The formula of a spec with one output (``expr:``)."""
         (expr,) = self.exprs
         return expr
+
+    @functools.cached_property
+    def externals(self) -> list[type]:
+        """The external functions the formulas call (external.py): the module is then nested, and
+        its last level's gradients raise when differentiated again."""
+        return external.calls(self.exprs)
 
     @property
     def returned(self) -> int:

@@ -334,7 +334,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         boundaries={name: repr(values) for name, values in boundaries(_every_formula(plan), spec).items()},
         accuracy=repr(accuracy) if accuracy else None,
         specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
-        order_limited=bool(external.calls(plan.exprs)),
+        order_limited=bool(plan.externals),
         declared=declared,
     ), spec.line_length)
 
@@ -355,7 +355,7 @@ def _declared_references(plan: ModulePlan) -> tuple[list[DeclaredReference], Tor
     derivatives (which knows whether they need ``math``)."""
     references = []
     printer = TorchPrinter([], fold_sums=False, reference=True)
-    for cls in external.closure(external.calls(plan.exprs)):
+    for cls in external.closure(plan.externals):
         if not issubclass(cls, external.UserExternBase):
             continue
         extern = cls.declaration
@@ -628,7 +628,7 @@ def _order_limited(plan: ModulePlan, fn: FunctionPlan | None = None):
     """How the last level writes a gradient it returns: through ``_at_order_limit`` where the spec
     calls external functions (differentiating it again raises), else as it is."""
     last = fn is None or fn.next_level is None
-    if last and plan.strategy == "nested" and external.calls(plan.exprs):
+    if last and plan.externals:
         return lambda name: f"_at_order_limit({name})"
     return lambda name: name
 
