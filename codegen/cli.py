@@ -340,6 +340,7 @@ def _print_audit(audits, options, written) -> None:
     from rich.console import Console
     from rich.markup import escape
 
+    from . import audit as auditing
     from .audit import report
 
     out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
@@ -351,7 +352,7 @@ def _print_audit(audits, options, written) -> None:
         out.print(escape(line), soft_wrap=True)
     for path in written:
         out.print(f"dbgen: wrote {escape(path.as_posix())}")
-    wrong = sum(a.verdict == "wrong" for a in audits)
+    wrong = sum(a.verdict == auditing.WRONG for a in audits)
     out.print(f"dbgen: {len(audits)} Function(s) audited, {wrong} silently wrong")
 
 
