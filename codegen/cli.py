@@ -91,6 +91,9 @@ def build(
     force: bool = typer.Option(
         False, "--force", help="Regenerate every spec, even those whose files are up to date."
     ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Refuse a spec whose derivatives lose more bits than the accuracy bound (else a warning)."
+    ),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
     quiet: bool = QUIET_OPT,
@@ -115,7 +118,7 @@ def build(
         files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
                                                line_length=settings.line_length,
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
-                                               limits=bounds, tests=layout))
+                                               limits=bounds, tests=layout, strict=strict))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
         done = _io(output, lambda: write.commit(output, files, prune=prune))  # all or nothing
     written, removed, orphans = done.written, done.removed, done.orphans
@@ -251,6 +254,55 @@ def bench(
         typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}")
     if report is None and plot is None:
         typer.echo("dbgen: nothing written; add --report FILE (markdown) and --plot FILE (PNG) to keep them")
+
+
+@command()
+def accuracy(
+    spec: List[Path] = SPECS_ARG,
+    points: int = typer.Option(256, "--points", min=8, metavar="N", help="Points sampled per spec and dtype."),
+    dtypes: str = typer.Option("float64,float32", "--dtype", metavar="DTYPES", help="float64, float32 or both."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Also write a PNG of error against the input."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON instead of tables."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="The sampling seed."),
+) -> None:
+    """Measure each order's error in bits against exact arithmetic (mpmath), for the generated
+    Function and for autograd through the composed formula, in float64 and float32.
+
+    Points are sampled over the domain as Herbie samples (uniform over float bit patterns and in
+    value, plus the ends, 0 and branch thresholds). Exits 1 when a generated order loses more
+    bits than the bound anywhere. Example: dbgen accuracy specs/sinh.yaml --plot sinh.png
+    """
+    from .write import import_torch
+
+    import_torch()
+    import json
+
+    from . import accuracy as oracle
+    from .pipeline import discover, load_specs, plan_spec
+
+    chosen = tuple(d.strip() for d in dtypes.split(",") if d.strip())
+    if not chosen or any(d not in oracle.BOUND_BITS for d in chosen):
+        console.Console().error(f"dbgen: --dtype {dtypes!r}: give float64, float32 or both (comma-separated)")
+        raise typer.Exit(2)
+    specs = _run(lambda: load_specs(discover(spec)), writes=False)
+    reports = []
+    for one in specs:
+        if one.externs:
+            typer.echo(f"{one.name}: {one.path}: skipped (declared externs have no exact values)")
+            continue
+        plan = _run(lambda one=one: plan_spec(one), writes=False)
+        report = oracle.measure(plan, points, chosen, seed)
+        reports.append(report)
+        if not as_json:
+            typer.echo(oracle.report_text(report))
+    if as_json:
+        typer.echo(json.dumps(oracle.report_json(reports), indent=2))
+    if plot is not None:
+        skipped = _io(plot, lambda: oracle.write_plot(reports, plot))
+        typer.echo(f"dbgen: plot skipped: {skipped}" if skipped else f"dbgen: plot written to {plot.as_posix()}",
+                   err=as_json)
+    if any(r.over_bound() for r in reports):
+        raise typer.Exit(1)
 
 
 @command()
@@ -547,13 +599,15 @@ def _spec_reporter(say: console.Console, specs):
         total = 0  # generate reports the problem itself
     done = 0
 
-    def report(spec, seconds: float | None, notes=()) -> None:
+    def report(spec, seconds: float | None, notes=(), warnings=()) -> None:
         nonlocal done
         done += 1
         say.progress(done, total, spec.name)
         say.detail(f"{spec.path}: " + ("up to date, skipped" if seconds is None else f"generated in {seconds:.2f} s"))
         for note in notes:  # what auto left out (a limit) or passed over (the memory bound)
             say.detail(f"{spec.path}: auto: {note}")
+        for warning in warnings:  # the accuracy oracle: an order over its bound
+            say.note(f"{spec.path}: accuracy: {warning}")
 
     report.total = total
     return report

@@ -94,6 +94,7 @@ def generate(
     limits: bounds.Limits = bounds.DEFAULT,
     tests: TestsLayout | None = None,
     line_length: int | None = None,
+    strict: bool = False,
 ) -> dict[str, str]:
     """Relative output path -> file content for every spec under ``specs_path`` (one path or
     several); all or nothing.
@@ -107,7 +108,9 @@ def generate(
     for progress and --verbose lines. ``limits`` bounds each spec's symbolic work (``--time-limit``,
     ``--size-limit``; see ``limits.py``). ``tests`` places the tests (``tests_layout``; default OUT/tests).
     ``line_length``: what the code is wrapped and formatted to; None: the project's
-    (``config.line_length`` from ``root``, else the current folder).
+    (``config.line_length`` from ``root``, else the current folder). ``on_spec`` also receives
+    ``warnings``: the orders the accuracy oracle (accuracy.py) found losing more bits than its
+    bound; with ``strict`` (``--strict``) they are problems and nothing is written.
     """
     paths = discover(specs_path)
     try:
@@ -136,12 +139,13 @@ def generate(
                 on_spec(spec, None)
     # load_specs(check_expr=False) left native unchecked: check it for the specs generated now
     problems: list[Problem] = [p for spec in todo for p in native_problems(spec)] if reuse_from is not None else []
-    generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits, layout=layout)
-    for spec, (generated, found, seconds, notes) in zip(todo, _map(generate_each, todo, jobs)):
+    generate_each = functools.partial(_generate_collecting, rewrite=rewrite, limits=limits, layout=layout,
+                                      strict=strict)
+    for spec, (generated, found, seconds, notes, warnings) in zip(todo, _map(generate_each, todo, jobs)):
         files.update(generated)
         problems.extend(found)
         if on_spec is not None:
-            on_spec(spec, seconds, notes)
+            on_spec(spec, seconds, notes, warnings)
     if problems:
         raise SpecErrors(problems)
     files.update(_package_files([s.name for s in specs], shown_specs(specs_path, root), layout, reuse_from,
@@ -319,9 +323,9 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
     return {**files, f"tests/{CHECKS_FILE}": checks}
 
 
-def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...]]:
-    """generate_one, and what auto left out or passed over (``ModulePlan.notes``, for --verbose)."""
-    from . import domain
+def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
+    """generate_one, what auto left out or passed over (``ModulePlan.notes``, for --verbose), and
+    the orders the accuracy oracle found over its bound (warnings)."""
     from .write import import_torch
 
     import_torch()  # before the time limit starts (memory.py imports it)
@@ -330,11 +334,26 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     try:
         with bounds.enforced(limits):
             plan = plan_spec(spec, rewrite, check_domain=True)
-            digest = spec.digest(__version__, rewrite)
-            return {f"{spec.name}.py": render_module(plan, digest),
-                    f"tests/test_{spec.name}.py": render_tests(plan, digest)}, plan.notes
     except bounds.LimitExceeded as exceeded:
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
+    measured = measured_accuracy(plan)  # not symbolic work: outside the time limit
+    digest = spec.digest(__version__, rewrite)
+    files = {f"{spec.name}.py": render_module(plan, digest),
+             f"tests/test_{spec.name}.py": render_tests(plan, digest, measured)}
+    return files, plan.notes, tuple(measured.warnings()) if measured else ()
+
+
+BUILD_POINTS = 32  # the accuracy oracle's points per dtype at build time (dbgen accuracy: 256)
+
+
+def measured_accuracy(plan):
+    """The accuracy oracle's report on ``plan`` at ``BUILD_POINTS`` points, or None for a spec
+    with declared externs (no exact values to compare with)."""
+    from . import accuracy
+
+    if plan.spec.externs:
+        return None
+    return accuracy.measure(plan, BUILD_POINTS, composed=False)
 
 
 def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | None = None) -> dict[str, str] | None:
@@ -381,17 +400,19 @@ def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int 
 
 
 def _generate_collecting(spec: Spec, rewrite: bool, limits: bounds.Limits,
-                         layout: TestsLayout = None) -> tuple[dict[str, str], list[Problem], float, tuple[str, ...]]:
+                         layout: TestsLayout = None, strict: bool = False):
     """generate_one, placed by the tests layout and sealed, with problems returned rather than
-    raised (they cross process boundaries), the seconds it took, measured where it ran, and the
-    plan's notes."""
+    raised (they cross process boundaries), the seconds it took, measured where it ran, the
+    plan's notes and the accuracy warnings (problems with ``strict``)."""
     start = time.perf_counter()
     try:
-        files, notes = _generate_noting(spec, rewrite, limits)
+        files, notes, warnings = _generate_noting(spec, rewrite, limits)
+        if strict and warnings:
+            return {}, [spec.problem("expr", f"expr: accuracy: {w}") for w in warnings], 0.0, (), ()
         placed = _placed(files, spec.name, layout or DEFAULT_LAYOUT, spec.line_length)
-        return placed, [], time.perf_counter() - start, notes
+        return placed, [], time.perf_counter() - start, notes, warnings
     except SpecErrors as errors:
-        return {}, errors.problems, time.perf_counter() - start, ()
+        return {}, errors.problems, time.perf_counter() - start, (), ()
 
 
 def _map(function, items: list, jobs: int):

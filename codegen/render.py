@@ -44,6 +44,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["docstring"] = docstring_text
     env.filters["wrapped"] = _wrapped_filter
+    env.filters["repr"] = repr
     return env
 
 
@@ -309,7 +310,9 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
     return False
 
 
-def render_tests(plan: ModulePlan, digest: str) -> str:
+def render_tests(plan: ModulePlan, digest: str, measured=None) -> str:
+    """The test file of ``plan``'s module; ``measured`` (an ``accuracy.Report``) gives it the
+    exact values to check (its ``table``)."""
     spec = plan.spec
     value, printer = composed_code(plan)
     declared, declared_printer = _declared_references(plan)
@@ -336,6 +339,7 @@ def render_tests(plan: ModulePlan, digest: str) -> str:
         specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
         order_limited=bool(plan.externals),
         declared=declared,
+        exact=measured.table if measured else (),
     ), spec.line_length)
 
 

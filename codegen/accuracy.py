@@ -1,0 +1,583 @@
+"""The accuracy oracle: each derivative order's error in bits against exact arithmetic.
+
+The generated tests compare a Function with autograd through the composed formula in the same
+floating-point arithmetic, so what both lose goes unseen. Here the truth is exact: every partial
+derivative up to the spec's order is differentiated by SymPy from the formula as the user wrote it
+and evaluated by mpmath at two precisions (kept where they agree). The Function under test is run
+with autograd on the same points, in float64 and float32.
+
+Error is counted as Herbie counts it, in bits: log2(1 + the number of floats of the result's dtype
+between the result and the truth rounded to that dtype); a NaN or inf where the truth is finite
+counts as every bit lost (64 or 32).
+
+Conditioning. The points are floats and exact, but the generated code rounds its first operations
+(k * r, x / c) and an ill-conditioned formula amplifies that: sin(pi * x) near x = 1 loses bits in
+any arithmetic. A point's condition number is sum_v |v * dg/dv / g| over the inputs and params v
+(estimated exactly, by a relative step of 1e-20 at the higher precision); an algorithm whose error
+is at most a few roundings of its inputs has error at most about kappa ulps. The bits lost beyond
+that, ``excess = max(0, bits - log2(max(1, kappa)))``, are what a better formula could recover, and
+what the bound (``BOUND_BITS``) applies to. Points where the truth is 0, subnormal or outside the
+dtype's range are left out of the excess (a relative error means nothing there).
+
+Sampling follows Herbie: per input, points uniform over the float bit patterns of its domain (so
+1e-150 and 1e-8 are drawn as often as 1 and 3), points uniform in value, the domain's ends, 0, and
+the thresholds where a branch changes (``where``, comparisons), each with its neighbours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import random
+import struct
+from collections.abc import Callable, Sequence
+
+import mpmath
+import sympy
+
+from . import external, special, symbolic
+
+BOUND_BITS = {"float64": 4.0, "float32": 4.0}  # excess bits allowed where the truth is a normal float
+DIGITS = (30, 60)  # the truth at both; a point where they disagree beyond TRUST is left out
+TRUST = 1e-24
+STEP = mpmath.mpf("1e-20")  # the relative step of the condition number's estimate (at DIGITS[1])
+_FORMATS = {"float64": ("<d", "<q", 64), "float32": ("<f", "<i", 32)}
+_SMALLEST_NORMAL = {"float64": 2.2250738585072014e-308, "float32": 1.1754943508222875e-38}
+_LARGEST = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38}
+
+
+def _exact_functions() -> dict:
+    from .domain import _EXACT_FUNCTIONS
+
+    return _EXACT_FUNCTIONS
+
+
+@dataclasses.dataclass(frozen=True)
+class Partial:
+    """One derivative the oracle measures: of output ``output`` in the inputs ``index`` (by
+    position; () is the value itself)."""
+
+    output: int
+    index: tuple[int, ...]
+    formula: sympy.Expr
+
+    @property
+    def order(self) -> int:
+        return len(self.index)
+
+
+def partials(exprs: Sequence[sympy.Expr], inputs: Sequence[sympy.Symbol], order: int) -> list[Partial]:
+    """Every partial derivative of every output up to ``order``, lowest orders first."""
+    found = []
+    for output, expr in enumerate(exprs):
+        cache = {(): expr}
+        found.append(Partial(output, (), expr))
+        for degree in range(1, order + 1):
+            for combo in itertools.combinations_with_replacement(range(len(inputs)), degree):
+                cache[combo] = symbolic.clean(sympy.diff(cache[combo[:-1]], inputs[combo[-1]]))
+                found.append(Partial(output, combo, cache[combo]))
+    return found
+
+
+# -- sampling -------------------------------------------------------------------------------------
+
+
+def _ordered(value: float, dtype: str = "float64") -> int:
+    """The float's place in the order of all floats of ``dtype`` (-0.0 and 0.0 both 0)."""
+    fmt, ifmt, _ = _FORMATS[dtype]
+    bits = struct.unpack(ifmt, struct.pack(fmt, value))[0]
+    return bits if bits >= 0 else -(bits & ((1 << (_FORMATS[dtype][2] - 1)) - 1))
+
+
+def _from_ordered(place: int, dtype: str = "float64") -> float:
+    fmt, ifmt, width = _FORMATS[dtype]
+    bits = place if place >= 0 else (-place) | (1 << (width - 1))
+    if bits >= 1 << (width - 1):
+        bits -= 1 << width
+    return struct.unpack(fmt, struct.pack(ifmt, bits))[0]
+
+
+def _rounded(value: float, dtype: str) -> float:
+    return value if dtype == "float64" else struct.unpack("<f", struct.pack("<f", value))[0]
+
+
+def special_values(lo: float, hi: float, thresholds: Sequence[float] = ()) -> list[float]:
+    """The ends, 0, and each threshold with its two float neighbours, where inside [lo, hi]."""
+    values = [lo, hi] + ([0.0] if lo < 0 < hi else [])
+    for t in thresholds:
+        values += [t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf)]
+    return sorted({v for v in values if lo <= v <= hi})
+
+
+def sample(bounds: Sequence[tuple[float, float]], count: int, seed: int = 0,
+           thresholds: Sequence[Sequence[float]] = ()) -> list[tuple[float, ...]]:
+    """``count`` points in the box (at least the special values' combinations, up to ``count``):
+    half uniform over each input's float bit patterns, half uniform in value, the special values
+    first, each beside random values of the other inputs."""
+    rng = random.Random(seed)
+    marks = [special_values(lo, hi, thresholds[i] if i < len(thresholds) else ()) for i, (lo, hi) in enumerate(bounds)]
+
+    def draw(i: int, by_bits: bool) -> float:
+        lo, hi = bounds[i]
+        if by_bits:
+            return _from_ordered(rng.randint(_ordered(lo), _ordered(hi)))
+        return lo + (hi - lo) * rng.random()
+
+    points: list[tuple[float, ...]] = []
+    for i, values in enumerate(marks):
+        for value in values:
+            points.append(tuple(value if j == i else draw(j, len(points) % 2 == 0) for j in range(len(bounds))))
+    if len(bounds) > 1:  # the special values together: corners, and 0 in every input at once
+        points += list(itertools.islice(itertools.product(*marks), max(0, count // 4)))
+    while len(points) < count:
+        by_bits = len(points) % 2 == 0
+        points.append(tuple(draw(i, by_bits) for i in range(len(bounds))))
+    return points
+
+
+def thresholds(exprs: Sequence[sympy.Expr], symbol: sympy.Symbol) -> list[float]:
+    """The values of ``symbol`` at which a comparison in the formulas changes (x < c gives c), where
+    the other side is a number (params at their values)."""
+    found = []
+    for expr in exprs:
+        for rel in expr.atoms(sympy.core.relational.Relational):
+            for side, other in ((rel.lhs, rel.rhs), (rel.rhs, rel.lhs)):
+                if side == symbol and other.is_number:
+                    try:
+                        found.append(float(other))
+                    except TypeError:
+                        pass
+    return sorted(set(found))
+
+
+# -- the truth ------------------------------------------------------------------------------------
+
+
+class Truth:
+    """A partial's exact value at one point (None: no real value there, or the two precisions
+    disagree) and, computed when first asked for, its condition number there."""
+
+    def __init__(self, value, function=None, values=()):
+        self.value = value
+        self._function, self._values = function, values
+        self._kappa = None if value else math.inf  # 0 or None: no relative error to speak of
+
+    @property
+    def kappa(self) -> float:
+        if self._kappa is None:
+            self._kappa = _condition(self._function, self._values, self.value)
+        return self._kappa
+
+
+def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symbol],
+          points: Sequence[tuple[float, ...]], params: Sequence[float] = ()) -> list[list[Truth]]:
+    """Per formula, per point: the exact value (agreeing at both DIGITS) and condition number.
+
+    ``variables`` are the inputs then the params, whose values are ``params`` at every point;
+    the condition number runs over all of them."""
+    functions = [sympy.lambdify(variables, f, modules=[_exact_functions(), "mpmath"]) for f in partial_formulas]
+    table = []
+    for function in functions:
+        row = []
+        for point in points:
+            values = (*point, *params)
+            row.append(Truth(_agreed(function, values), function, values))
+        table.append(row)
+    return table
+
+
+def _evaluated(function, values, digits):
+    with mpmath.workdps(digits):
+        try:
+            result = function(*(mpmath.mpf(v) for v in values))
+        except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
+            return None
+        if isinstance(result, mpmath.mpc):
+            if abs(result.imag) > abs(result.real) * mpmath.mpf(10) ** (-digits // 2):
+                return None
+            result = result.real
+        try:
+            result = mpmath.mpf(result)
+        except (TypeError, ValueError):
+            return None
+        return result if mpmath.isfinite(result) else None
+
+
+def _agreed(function, values):
+    low, high = (_evaluated(function, values, d) for d in DIGITS)
+    if low is None or high is None or abs(low - high) > TRUST * abs(high):
+        return None
+    return high
+
+
+def _condition(function, values, value) -> float:
+    """sum_v |v * dg/dv / g| over the variables, by a relative step of STEP at the higher precision."""
+    kappa = mpmath.mpf(0)
+    with mpmath.workdps(DIGITS[1]):
+        for i, v in enumerate(values):
+            if v == 0:
+                continue
+            moved = list(values)
+            moved[i] = mpmath.mpf(v) * (1 + STEP)
+            shifted = _evaluated(function, moved, DIGITS[1])
+            if shifted is None:
+                return math.inf
+            kappa += abs((shifted - value) / (value * STEP))
+    return float(kappa)
+
+
+# -- error in bits --------------------------------------------------------------------------------
+
+
+def bits(result: float, truth: mpmath.mpf, dtype: str) -> float:
+    """log2(1 + floats of ``dtype`` between ``result`` and ``truth`` rounded to ``dtype``)."""
+    width = _FORMATS[dtype][2]
+    if not math.isfinite(result):
+        return float(width)
+    target = _rounded(float(truth), dtype)
+    if not math.isfinite(target):
+        return 0.0 if result == target else float(width)
+    return min(float(width), math.log2(1 + abs(_ordered(result, dtype) - _ordered(target, dtype))))
+
+
+def counted(truth: Truth, dtype: str) -> bool:
+    """Whether the excess at this point counts: the truth is a normal float of ``dtype``."""
+    if truth.value is None:
+        return False
+    size = abs(float(truth.value))
+    return _SMALLEST_NORMAL[dtype] <= size <= _LARGEST[dtype]
+
+
+def excess(result: float, truth: Truth, dtype: str) -> float:
+    """The bits lost beyond what the point's conditioning explains (0 where not counted)."""
+    if not counted(truth, dtype):
+        return 0.0
+    lost = bits(result, truth.value, dtype)
+    if not math.isfinite(result) or lost <= min(BOUND_BITS.values()):
+        return lost  # within the bound whatever the conditioning: the condition number is not needed
+    return max(0.0, lost - math.log2(max(1.0, truth.kappa)))
+
+
+# -- running a Function ---------------------------------------------------------------------------
+
+
+def autograd_values(fn: Callable, points: Sequence[tuple[float, ...]], dtype: str, order: int,
+                    outputs: int, stacked: bool = False) -> dict[tuple[int, tuple[int, ...]], list[float]]:
+    """(output, index) -> the values of every partial up to ``order``, by autograd through ``fn``
+    (an elementwise function of tensors) on all ``points`` at once."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    columns = list(zip(*points))
+    xs = [torch.tensor(column, dtype=torch_dtype).requires_grad_() for column in columns]
+    found: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+    with torch.enable_grad():
+        result = fn(*xs)
+        values = result.unbind(-1) if stacked else (result if isinstance(result, tuple) else (result,))
+        for output, value in enumerate(values[:outputs]):
+            cache = {(): value}
+            for degree in range(order + 1):
+                for combo in itertools.combinations_with_replacement(range(len(xs)), degree):
+                    if combo:
+                        cache[combo] = _grad(cache[combo[:-1]], xs[combo[-1]], keep=degree < order)
+                    found[(output, combo)] = cache[combo].detach().double().tolist()
+    return found
+
+
+def _grad(value, x, keep: bool):
+    import torch
+
+    if not value.requires_grad:
+        return torch.zeros_like(x)
+    (grad,) = torch.autograd.grad(value.sum(), x, create_graph=keep, retain_graph=True, allow_unused=True)
+    return torch.zeros_like(x) if grad is None else grad
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    """One order's error over the points, in one dtype, for one implementation."""
+
+    order: int
+    dtype: str
+    mean_bits: float
+    max_bits: float
+    max_excess: float
+    worst: tuple[float, ...] | None  # the point of the largest excess (None: no excess anywhere)
+    worst_partial: str
+    counted: int
+
+
+def figures(partial_list: Sequence[Partial], truths, values, points, dtype: str, names) -> list[Figures]:
+    """Per order: mean and max bits over the counted points of its partials, and the worst excess."""
+    by_order: dict[int, list[tuple[float, float, tuple[float, ...], str]]] = {}
+    for partial, row in zip(partial_list, truths):
+        got = values[(partial.output, partial.index)]
+        label = _label(partial, names)
+        for point, truth, result in zip(points, row, got):
+            if counted(truth, dtype):
+                by_order.setdefault(partial.order, []).append(
+                    (bits(result, truth.value, dtype), excess(result, truth, dtype), point, label))
+    report = []
+    for order in sorted({p.order for p in partial_list}):
+        rows = by_order.get(order, [])
+        if not rows:
+            report.append(Figures(order, dtype, 0.0, 0.0, 0.0, None, "", 0))
+            continue
+        worst = max(rows, key=lambda row: (row[1], row[0]))
+        report.append(Figures(order, dtype, sum(r[0] for r in rows) / len(rows), max(r[0] for r in rows),
+                              worst[1], worst[2] if worst[1] > 0 else None, worst[3], len(rows)))
+    return report
+
+
+def _label(partial: Partial, names) -> str:
+    inputs, outputs = names
+    head = outputs[partial.output] if len(outputs) > 1 else "f"
+    if not partial.index:
+        return head
+    return f"d{len(partial.index)}{head}/" + "".join(f"d{inputs[i]}" for i in partial.index)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The oracle's figures for one spec: dbgen's Function and autograd through the composed
+    formula (None where torch cannot run the formula), per dtype and order."""
+
+    name: str
+    path: str
+    points: int
+    dbgen: tuple[Figures, ...]
+    autograd: tuple[Figures, ...] | None
+    samples: tuple  # (dtype, point, partial label, dbgen bits, autograd bits or None) for a plot
+    table: tuple = ()  # ExactRow: the generated tests' exact values
+    limited_by: tuple[str, ...] = ()  # torch functions whose own error the figures include
+
+    def worst_excess(self, dtype: str) -> float:
+        return max((f.max_excess for f in self.dbgen if f.dtype == dtype), default=0.0)
+
+    def over_bound(self) -> list[Figures]:
+        """The orders whose worst excess is over the bound of their dtype, unless torch's own
+        functions (``limited_by``) account for it."""
+        if self.limited_by:
+            return []
+        return [f for f in self.dbgen if f.max_excess > BOUND_BITS[f.dtype]]
+
+    def warnings(self) -> list[str]:
+        """One line per order over the bound, for the build's output."""
+        return [f"order {f.order} loses {f.max_excess:.0f} bits in {f.dtype} beyond its conditioning "
+                f"({f.worst_partial} at {_point_text(f.worst)}; the bound is {BOUND_BITS[f.dtype]:g}): "
+                f"run dbgen accuracy {self.path} for the whole table" for f in self.over_bound()]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactRow:
+    """One exact value the generated tests check: a partial of one output at one point, and the
+    error allowed there in bits (the bound plus the point's conditioning, or what the build
+    measured where that is more: the build warned of it)."""
+
+    dtype: str
+    point: tuple[float, ...]
+    output: int
+    index: tuple[int, ...]
+    value: float
+    bits: float
+
+
+TABLE_POINTS = 6  # points per dtype in the generated tests' table (the special values first)
+TABLE_ROWS = 96  # rows per dtype at most: fewer points where a spec has many partials
+
+# torch functions whose own float64 error is larger than the bound, measured against mpmath:
+# figures that include them say so, and are not counted against the bound.
+TORCH_LIMITS = {
+    "polygamma": "torch.polygamma(n >= 1, x): about 5e-10 relative in float64",
+}
+
+
+def limited_by(exprs: Sequence[sympy.Expr]) -> tuple[str, ...]:
+    """The torch functions with a known error of their own (special.py's torch_error, polygamma
+    of order 1 and more) that the formulas call."""
+    found = set()
+    for expr in exprs:
+        for node in expr.atoms(special.SpecialFunctionBase):
+            if type(node).torch_error:
+                found.add(f"torch.special.{type(node).__name__}: about {type(node).torch_error:g} absolute in float64")
+        if any(isinstance(node, sympy.polygamma) for node in sympy.preorder_traversal(expr)):
+            found.add(TORCH_LIMITS["polygamma"])
+    return tuple(sorted(found))
+
+
+def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32"), seed: int = 0,
+            composed: bool = True) -> Report:
+    """The oracle on ``plan``'s module (rendered and run eagerly) at ``count`` points of its spec's
+    domain, params at their defaults.
+
+    Args:
+        plan: a ``plan.ModulePlan`` (what build renders).
+        count: points sampled (special values included).
+        dtypes: the dtypes the Function is run in; each has its own points (the float64 points
+            rounded to it) and truth.
+        seed: the sampling seed.
+        composed: also measure autograd through the spec's formula written in torch ops.
+
+    Returns:
+        A ``Report``.
+    """
+    from .memory import module_function, written_function
+
+    spec = plan.spec
+    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+    params = [sympy.Symbol(name, real=True) for name in spec.param_names]
+    exprs = _unguarded(plan)
+    partial_list = partials(exprs, inputs, spec.order)
+    marks = [thresholds([_at_defaults(e, spec) for e in exprs], s) for s in inputs]
+    base = sample([spec.bounds(name) for name in spec.inputs], count, seed, marks)
+    subjects = {"dbgen": module_function(plan)}
+    if composed:
+        subjects["autograd"] = written_function(spec)
+    names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
+    results: dict[str, list[Figures]] = {name: [] for name in subjects}
+    samples, table = [], []
+    for dtype in dtypes:
+        points = [tuple(_rounded(v, dtype) for v in p) for p in base]
+        points = [p for p in points if all(math.isfinite(v) for v in p)]
+        truths = exact([p.formula for p in partial_list], [*inputs, *params], points,
+                       [value for _, value in spec.params])
+        per_subject = {}
+        for name, fn in subjects.items():
+            try:
+                values = autograd_values(fn, points, dtype, spec.order, len(exprs), spec.stack)
+            except Exception:  # noqa: BLE001 - torch cannot run or differentiate the composed formula
+                if name == "dbgen":
+                    raise
+                results.pop(name, None)
+                continue
+            per_subject[name] = values
+            results[name].extend(figures(partial_list, truths, values, points, dtype, names))
+        samples.extend(_samples(partial_list, truths, per_subject, points, dtype, names))
+        table.extend(_table(partial_list, truths, per_subject["dbgen"], points, dtype))
+    return Report(spec.name, spec.path, len(base), tuple(results["dbgen"]),
+                  tuple(results["autograd"]) if "autograd" in results else None, tuple(samples), tuple(table),
+                  limited_by([p.formula for p in partial_list]))
+
+
+def _table(partial_list, truths, values, points, dtype) -> list[ExactRow]:
+    """The first points' exact values (special values come first), with the bits allowed."""
+    count = max(1, min(TABLE_POINTS, TABLE_ROWS // max(1, len(partial_list))))
+    rows = []
+    for partial, row in zip(partial_list, truths):
+        got = values[(partial.output, partial.index)]
+        for point, truth, result in list(zip(points, row, got))[:count]:
+            if not counted(truth, dtype):
+                continue
+            # decided by the truth alone, so that every machine writes the same tests; a row the
+            # build measured over it (and warned of) checks only that the value is finite
+            width = float(_FORMATS[dtype][2])
+            allowed = min(width, round(BOUND_BITS[dtype] + math.log2(max(1.0, truth.kappa)) + 0.05, 1))
+            lost = bits(result, truth.value, dtype) > allowed
+            rows.append(ExactRow(dtype, point, partial.output, partial.index, _rounded(float(truth.value), dtype),
+                                 width if lost else allowed))
+    return rows
+
+
+def _samples(partial_list, truths, per_subject, points, dtype, names):
+    for partial, row in zip(partial_list, truths):
+        ours = per_subject["dbgen"][(partial.output, partial.index)]
+        theirs = per_subject.get("autograd", {}).get((partial.output, partial.index))
+        for p, (point, truth) in enumerate(zip(points, row)):
+            if counted(truth, dtype):
+                yield (dtype, point, _label(partial, names), partial.order, bits(ours[p], truth.value, dtype),
+                       None if theirs is None else bits(theirs[p], truth.value, dtype))
+
+
+def _unguarded(plan) -> list[sympy.Expr]:
+    """The spec's formulas as parsed, before guards or rewrites: the truth's source."""
+    from .pipeline import _formula_keys, _parsed
+
+    spec = plan.spec
+    return [_parsed(spec, key, text) for key, (_, text) in zip(_formula_keys(spec), spec.formulas)]
+
+
+def _at_defaults(expr: sympy.Expr, spec) -> sympy.Expr:
+    values = dict(spec.params)
+    return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
+
+
+# -- what a person reads --------------------------------------------------------------------------
+
+
+def report_text(report: Report) -> str:
+    """The per-order table of one report: dbgen's bits against autograd's, the worst point."""
+    lines = [f"{report.name}: {report.path} ({report.points} points per dtype; error in bits against "
+             f"mpmath, mean / max; excess: bits lost beyond the point's conditioning)"]
+    header = f"  {'order':>5}  {'dtype':7}  {'dbgen mean/max':>14}  {'excess':>6}  {'autograd mean/max':>17}  {'excess':>6}  worst"
+    lines.append(header)
+    theirs = {(f.dtype, f.order): f for f in report.autograd or ()}
+    for f in report.dbgen:
+        other = theirs.get((f.dtype, f.order))
+        other_text = f"{other.mean_bits:7.2f} / {other.max_bits:5.1f}  {other.max_excess:6.1f}" if other else f"{'n/a':>17}  {'':>6}"
+        flag = "  OVER" if f.max_excess > BOUND_BITS[f.dtype] else ""
+        worst = f"{f.worst_partial} at {_point_text(f.worst)}" if f.worst is not None else "-"
+        lines.append(f"  {f.order:>5}  {f.dtype:7}  {f.mean_bits:6.2f} / {f.max_bits:5.1f}  {f.max_excess:6.1f}  "
+                     f"{other_text}  {worst}{flag}")
+    if report.limited_by:
+        lines.append("  limited by torch's own error: " + "; ".join(report.limited_by))
+    over = report.over_bound()
+    bound = ", ".join(f"{bits:g} bits in {dtype}" for dtype, bits in BOUND_BITS.items())
+    lines.append(f"  bound: {bound}: " + ("within it at every order" if not over else
+                                          f"over it at order(s) {', '.join(sorted({str(f.order) for f in over}))}"))
+    return "\n".join(lines) + "\n"
+
+
+def _point_text(point) -> str:
+    return "(" + ", ".join(f"{v:.6g}" for v in point) + ")"
+
+
+def report_json(reports: Sequence[Report]) -> list[dict]:
+    """The reports as JSON-ready data (the figures only, not the samples)."""
+    def rows(figs):
+        return None if figs is None else [dataclasses.asdict(f) for f in figs]
+
+    return [{"name": r.name, "path": r.path, "points": r.points, "bound_bits": BOUND_BITS,
+             "within_bound": not r.over_bound(), "dbgen": rows(r.dbgen), "autograd": rows(r.autograd)}
+            for r in reports]
+
+
+def write_plot(reports: Sequence[Report], path) -> str | None:
+    """Error in bits against the (first) input, per order, dbgen and autograd, as Herbie draws it;
+    one row of panels per spec, one column per dtype. Returns why it was skipped, or None."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install matplotlib)"
+    dtypes = sorted({s[0] for r in reports for s in r.samples}, reverse=True) or ["float64"]
+    fig, axes = plt.subplots(len(reports), len(dtypes), figsize=(6 * len(dtypes), 3.2 * len(reports)), squeeze=False)
+    for row, report in zip(axes, reports):
+        for ax, dtype in zip(row, dtypes):
+            _panel(ax, report, dtype)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def _panel(ax, report: Report, dtype: str) -> None:
+    samples = [s for s in report.samples if s[0] == dtype]
+    orders = sorted({s[3] for s in samples})
+    for order in orders:
+        xs = [s[1][0] for s in samples if s[3] == order]
+        ax.scatter(xs, [s[4] for s in samples if s[3] == order], s=6, label=f"dbgen order {order}")
+        theirs = [(s[1][0], s[5]) for s in samples if s[3] == order and s[5] is not None]
+        if theirs:
+            ax.scatter(*zip(*theirs), s=6, marker="x", alpha=0.5, label=f"autograd order {order}")
+    ax.axhline(BOUND_BITS[dtype], color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xscale("symlog", linthresh=1e-3)
+    ax.set_title(f"{report.name} ({dtype})")
+    ax.set_xlabel("input (first)")
+    ax.set_ylabel("bits of error")
+    ax.legend(fontsize=6, ncol=2)

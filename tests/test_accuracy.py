@@ -1,0 +1,155 @@
+"""The accuracy oracle (codegen/accuracy.py): bits against exact arithmetic, sampling, the
+condition number, the build's warnings and the generated tests' exact values, and
+``dbgen accuracy``."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+
+import mpmath
+import pytest
+import sympy
+import yaml
+
+from codegen import accuracy, pipeline
+from codegen.pipeline import load_specs, plan_spec
+from helpers import import_path, run_dbgen
+
+
+def _spec_file(tmp_path, **spec):
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _plan(tmp_path, **spec):
+    (loaded,) = load_specs([_spec_file(tmp_path, **spec)])
+    return plan_spec(loaded)
+
+
+def _next_float32(value: float) -> float:
+    bits = struct.unpack("<i", struct.pack("<f", value))[0]
+    return struct.unpack("<f", struct.pack("<i", bits + 1))[0]
+
+
+def test_bits_count_floats_between_result_and_truth():
+    one = mpmath.mpf(1)
+    assert accuracy.bits(1.0, one, "float64") == 0
+    assert accuracy.bits(math.nextafter(1.0, 2.0), one, "float64") == 1  # log2(1 + 1)
+    assert accuracy.bits(1.0 + 3 * 2.0**-52, one, "float64") == 2  # three floats away
+    assert accuracy.bits(_next_float32(1.0), one, "float32") == 1
+    assert accuracy.bits(math.nan, one, "float64") == 64
+    assert accuracy.bits(math.inf, one, "float32") == 32
+    # across zero: -tiny and +tiny are two floats apart
+    assert accuracy.bits(-5e-324, mpmath.mpf(5e-324), "float64") == pytest.approx(math.log2(3))
+
+
+def test_ordered_places_are_monotonic_and_invertible():
+    values = [-math.inf, -1e300, -1.0, -5e-324, 0.0, 5e-324, 1e-300, 1.0, 2.0, math.inf]
+    places = [accuracy._ordered(v) for v in values]
+    assert places == sorted(places)
+    assert [accuracy._from_ordered(p) for p in places] == values
+
+
+def test_sample_draws_bit_patterns_ends_zero_and_thresholds():
+    points = accuracy.sample([(-3.0, 3.0)], 200, seed=1, thresholds=[[0.5]])
+    xs = [p[0] for p in points]
+    assert {-3.0, 3.0, 0.0, 0.5, math.nextafter(0.5, 0), math.nextafter(0.5, 1)} <= set(xs)
+    assert len(points) == 200 and all(-3.0 <= x <= 3.0 for x in xs)
+    # uniform over bit patterns: tiny magnitudes are drawn, as often as large ones
+    assert sum(abs(x) < 1e-100 for x in xs) > 20
+    assert accuracy.sample([(-3.0, 3.0)], 200, seed=1) == accuracy.sample([(-3.0, 3.0)], 200, seed=1)
+
+
+def test_condition_number_excuses_ill_conditioned_points_only():
+    x = sympy.Symbol("x", real=True)
+    (near_pi,) = accuracy.exact([sympy.sin(x)], [x], [(3.141592653589793,)])[0]
+    assert near_pi.kappa > 1e15  # sin(x) at the float nearest pi: any rounding of x shows
+    (at_one,) = accuracy.exact([sympy.exp(x)], [x], [(1.0,)])[0]
+    assert at_one.kappa == pytest.approx(1.0, rel=1e-6)  # |x exp(x) / exp(x)|
+    # 2 bits over the truth where kappa = 1 is 2 bits of excess; at pi it is none
+    wrong = float(at_one.value) * (1 + 2**-50)
+    assert accuracy.excess(wrong, at_one, "float64") > 0
+    assert accuracy.excess(0.0, near_pi, "float64") < accuracy.bits(0.0, near_pi.value, "float64")
+
+
+def test_two_precisions_must_agree():
+    x = sympy.Symbol("x", real=True)
+    (row,) = accuracy.exact([sympy.log(x)], [x], [(-1.0,), (2.0,)])
+    assert row[0].value is None  # no real value
+    assert float(row[1].value) == math.log(2.0)
+
+
+def test_oracle_finds_the_cancellation_autograd_avoids(tmp_path):
+    """The tutorial's exp form of sinh cancels near 0 at order 2 (intermediates adds the
+    gradients of expm1(x) and expm1(-x)); autograd through torch.sinh does not."""
+    plan = _plan(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
+    report = accuracy.measure(plan, 64, ("float64",))
+    by_order = {f.order: f for f in report.dbgen}
+    assert by_order[0].max_excess <= accuracy.BOUND_BITS["float64"]  # expm1: exact near 0
+    assert by_order[2].max_excess > 40
+    assert all(f.max_excess <= 1 for f in report.autograd)
+    assert report.over_bound() and "order 2 loses" in report.warnings()[0]
+
+
+def test_accurate_spec_is_within_the_bound_at_every_order(tmp_path):
+    plan = _plan(tmp_path, name="gauss", expr="exp(-x**2 / (2 * s**2))", inputs=["x"], params={"s": 0.7},
+                 order=3, domain={"x": [-5, 5]})
+    report = accuracy.measure(plan, 96)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert {(f.dtype, f.order) for f in report.dbgen} == {(d, k) for d in ("float64", "float32") for k in range(4)}
+
+
+def test_torch_own_error_is_named_not_counted(tmp_path):
+    plan = _plan(tmp_path, name="lg", expr="lgamma(a)", inputs=["a"], order=2, domain={"a": [0.5, 5]})
+    report = accuracy.measure(plan, 48, ("float64",))
+    assert any("polygamma" in reason for reason in report.limited_by)
+    assert not report.over_bound()
+
+
+def test_build_warns_and_strict_refuses(tmp_path):
+    spec = _spec_file(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
+    warnings = []
+    pipeline.generate(spec, root=tmp_path, on_spec=lambda s, t, notes=(), found=(): warnings.extend(found))
+    assert any("order 2 loses" in w for w in warnings)
+    result = run_dbgen(["build", str(spec), "-o", "out", "--strict"], cwd=tmp_path)
+    assert result.returncode == 2 and "accuracy: order 2 loses" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_generated_tests_hold_exact_values_that_catch_a_wrong_formula(tmp_path):
+    spec = _spec_file(tmp_path, name="softsign", expr="x / (1 + abs(x))", inputs=["x"], order=2)
+    files = pipeline.generate(spec, root=tmp_path)
+    test_text = files["tests/test_softsign.py"]
+    assert "exact=(" in test_text and '("float32"' in test_text
+    out = tmp_path / "out"
+    from codegen import write
+
+    write.write_files(out, files)
+    module = import_path(out / "tests" / "test_softsign.py")
+    case = module.CASE
+    assert not module.checks._exact_failures(case, "float64")
+    assert not module.checks._exact_failures(case, "float32")
+    # a module whose value is off by 1e-12 relative: autograd-consistent, but not exact
+    function = getattr(case.module, "softsign")
+    case.module.softsign = lambda x: function(x) * (1 + 1e-12)
+    try:
+        failures = module.checks._exact_failures(case, "float64")
+    finally:
+        case.module.softsign = function
+    assert failures and "bits of error" in failures[0]
+
+
+def test_cli_table_json_and_exit_code(tmp_path):
+    good = _spec_file(tmp_path, name="soft", expr="softplus(x)", inputs=["x"], order=1)
+    result = run_dbgen(["accuracy", str(good), "--points", "32", "--json"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (data,) = json.loads(result.stdout)
+    assert data["within_bound"] and {row["order"] for row in data["dbgen"]} == {0, 1}
+    bad = _spec_file(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
+    result = run_dbgen(["accuracy", str(bad), "--points", "32", "--dtype", "float64"], cwd=tmp_path)
+    assert result.returncode == 1 and "OVER" in result.stdout and "dbgen mean/max" in result.stdout
+    result = run_dbgen(["accuracy", str(good), "--dtype", "float16"], cwd=tmp_path)
+    assert result.returncode == 2 and "--dtype" in result.stderr
