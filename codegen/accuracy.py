@@ -99,7 +99,13 @@ def _from_ordered(place: int, dtype: str = "float64") -> float:
 
 
 def _rounded(value: float, dtype: str) -> float:
-    return value if dtype == "float64" else struct.unpack("<f", struct.pack("<f", value))[0]
+    """``value`` rounded to ``dtype`` (inf past its largest float, as a cast gives)."""
+    if dtype == "float64" or not math.isfinite(value):
+        return value
+    try:
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def special_values(lo: float, hi: float, thresholds: Sequence[float] = ()) -> list[float]:
