@@ -13,7 +13,8 @@ import math
 import warnings
 
 import sympy
-from sympy.codegen.cfunctions import expm1, log1p
+from sympy.codegen import cfunctions
+from sympy.codegen.cfunctions import expm1
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
 from . import external, special
@@ -79,6 +80,28 @@ class softplus(sympy.Function):  # noqa: N801 - printed as the user wrote it
         return self.args[0].is_real
 
 
+class erfc(sympy.erfc):  # noqa: N801 - printed as the user wrote it
+    """erfc(u) with u as written. SymPy's writes erfc(-u) as 2 - erfc(u), which cancels where
+    erfc(-u) is small: 0 in float64 where it is below 1e-16 (erfc(-x/sqrt(2)) for x < -8.3), so
+    that log(erfc(-x/sqrt(2))/2), finite there, is -inf."""
+
+    @classmethod
+    def eval(cls, arg):
+        if not arg.could_extract_minus_sign():
+            return super().eval(arg)
+
+
+class log1p(cfunctions.log1p):  # noqa: N801 - printed as the user wrote it
+    """log1p(c) of a number c as written. SymPy's is log(1 + c), which the generated code computes
+    as math.log(1 + c), which cancels: 1.0000889e-12 for c = 1e-12. A Float c folds by mpmath's
+    log1p. c = 0 and c <= -1 stay SymPy's: 0, and log(0) or a complex log, which the parser refuses."""
+
+    @classmethod
+    def eval(cls, arg):
+        if not (arg.is_Number and arg > -1 and not arg.is_zero):
+            return super().eval(arg)
+
+
 FUNCTIONS: dict[str, tuple[object, int]] = {
     "exp": (sympy.exp, 1),
     "log": (sympy.log, 1),
@@ -99,7 +122,7 @@ FUNCTIONS: dict[str, tuple[object, int]] = {
     "acosh": (sympy.acosh, 1),
     "atanh": (sympy.atanh, 1),
     "erf": (sympy.erf, 1),
-    "erfc": (sympy.erfc, 1),
+    "erfc": (erfc, 1),
     "sigmoid": (sigmoid, 1),
     "softplus": (softplus, 1),
     "abs": (sympy.Abs, 1),
@@ -294,7 +317,7 @@ _FLOAT_FUNCTIONS = {
     sympy.cos: math.cos, sympy.tan: math.tan, sympy.asin: math.asin, sympy.acos: math.acos,
     sympy.atan: math.atan, sympy.atan2: math.atan2, sympy.sinh: math.sinh, sympy.cosh: math.cosh,
     sympy.tanh: math.tanh, sympy.asinh: math.asinh, sympy.acosh: math.acosh, sympy.atanh: math.atanh,
-    sympy.erf: math.erf, sympy.erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
+    sympy.erf: math.erf, erfc: math.erfc, sigmoid: _sigmoid, softplus: _softplus, sympy.Abs: abs,
     sympy.loggamma: math.lgamma, sympy.polygamma: special.FLOAT_VALUES["polygamma"],
     sympy.erfinv: special.FLOAT_VALUES["erfinv"], special.xlogy: special.FLOAT_VALUES["xlogy"],
 }
