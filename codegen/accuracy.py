@@ -372,10 +372,15 @@ class Report:
         return [f for f in self.dbgen if f.max_excess > BOUND_BITS[f.dtype]]
 
     def warnings(self) -> list[str]:
-        """One line per order over the bound, for the build's output."""
-        return [f"order {f.order} loses {f.max_excess:.0f} bits in {f.dtype} beyond its conditioning "
-                f"({f.worst_partial} at {_point_text(f.worst)}; the bound is {BOUND_BITS[f.dtype]:g}): "
-                f"run dbgen accuracy {self.path} for the whole table" for f in self.over_bound()]
+        """One line for the build's output: the orders over the bound and the worst of them."""
+        over = self.over_bound()
+        if not over:
+            return []
+        f = max(over, key=lambda figures: figures.max_excess)
+        orders = ", ".join(f"{o.order} ({o.dtype})" for o in over)
+        return [f"order(s) {orders} lose more bits than the bound ({BOUND_BITS[f.dtype]:g}) beyond their "
+                f"conditioning; worst: order {f.order} loses {f.max_excess:.0f} bits in {f.dtype} "
+                f"({f.worst_partial} at {_point_text(f.worst)}); run dbgen accuracy {self.path} for the table"]
 
 
 @dataclasses.dataclass(frozen=True)

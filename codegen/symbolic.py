@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass
 
 import sympy
+from sympy.codegen import cfunctions
 
 from . import limits
 
@@ -115,16 +116,28 @@ def partial_derivatives(expr: sympy.Expr, inputs: tuple[sympy.Symbol, ...], orde
     return shown, total - len(shown)
 
 
+class expm1(cfunctions.expm1):  # noqa: N801 - printed as torch.expm1, by the printers' _print_expm1
+    """exp(u) - 1 whose derivative is expm1(u) + 1, not exp(u): differentiated again, the
+    difference of two of them stays a difference of expm1s (exact near 0) instead of exp(u) - exp(-u)."""
+
+    def fdiff(self, argindex=1):
+        return expm1(self.args[0]) + 1
+
+
 def exp_form(expr: sympy.Expr) -> sympy.Expr:
-    """sinh and cosh written through exp(u) and exp(-u), so forward and derivative share them.
+    """sinh and cosh written through expm1(u) and expm1(-u), so forward and derivative share them.
 
     This is the tutorial's ``Sinh``: the derivative cosh(u) has no value in common with sinh(u),
-    but (exp(u) + exp(-u))/2 and (exp(u) - exp(-u))/2 share both exponentials.
+    but (expm1(u) + expm1(-u))/2 + 1 and (expm1(u) - expm1(-u))/2 share both. The tutorial writes
+    exp(u) and exp(-u), whose difference cancels near u = 0 (sinh(1e-17) came out 0, every bit lost
+    as the accuracy oracle counts them); expm1's do not: they have opposite signs there.
     """
-    return expr.replace(
-        lambda e: isinstance(e, (sympy.sinh, sympy.cosh)),
-        lambda e: e.rewrite(sympy.exp),
-    )
+    def through_expm1(e):
+        (u,) = e.args
+        sign = 1 if isinstance(e, sympy.sinh) else -1
+        return (expm1(u) - sign * expm1(-u)) / 2 + (0 if sign == 1 else 1)
+
+    return expr.replace(lambda e: isinstance(e, (sympy.sinh, sympy.cosh)), through_expm1)
 
 
 def in_terms_of(expr: sympy.Expr, known: list[tuple[sympy.Symbol, sympy.Expr]], exact: bool = True) -> sympy.Expr:
