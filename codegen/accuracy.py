@@ -210,8 +210,16 @@ def _evaluated(function, values, digits):
         return result if mpmath.isfinite(result) else None
 
 
+def _extra_digits(values) -> int:
+    """Digits to add near 0: at x = 1e-200, sin(x) rounds to x and cos(x) to 1 at 60 digits,
+    and both precisions would agree on a wrong value of (1 - cos(x))/x**2."""
+    smallest = min((abs(v) for v in values if v != 0), default=1.0)
+    return 0 if smallest >= 1e-3 else int(8 * -math.log10(smallest))
+
+
 def _agreed(function, values):
-    low, high = (_evaluated(function, values, d) for d in DIGITS)
+    extra = _extra_digits(values)
+    low, high = (_evaluated(function, values, d + extra) for d in DIGITS)
     if low is None or high is None or abs(low - high) > TRUST * abs(high):
         return None
     return high
@@ -220,13 +228,14 @@ def _agreed(function, values):
 def _condition(function, values, value) -> float:
     """sum_v |v * dg/dv / g| over the variables, by a relative step of STEP at the higher precision."""
     kappa = mpmath.mpf(0)
-    with mpmath.workdps(DIGITS[1]):
+    digits = DIGITS[1] + _extra_digits(values)
+    with mpmath.workdps(digits):
         for i, v in enumerate(values):
             if v == 0:
                 continue
             moved = list(values)
             moved[i] = mpmath.mpf(v) * (1 + STEP)
-            shifted = _evaluated(function, moved, DIGITS[1])
+            shifted = _evaluated(function, moved, digits)
             if shifted is None:
                 return math.inf
             kappa += abs((shifted - value) / (value * STEP))
