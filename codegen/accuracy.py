@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 import mpmath
 import sympy
 
-from . import external, special, symbolic
+from . import special, symbolic
 
 BOUND_BITS = {"float64": 4.0, "float32": 4.0}  # excess bits allowed where the truth is a normal float
 DIGITS = (30, 60)  # the truth at both; a point where they disagree beyond TRUST is left out
@@ -71,12 +71,10 @@ def partials(exprs: Sequence[sympy.Expr], inputs: Sequence[sympy.Symbol], order:
     """Every partial derivative of every output up to ``order``, lowest orders first."""
     found = []
     for output, expr in enumerate(exprs):
-        cache = {(): expr}
         found.append(Partial(output, (), expr))
-        for degree in range(1, order + 1):
-            for combo in itertools.combinations_with_replacement(range(len(inputs)), degree):
-                cache[combo] = symbolic.clean(sympy.diff(cache[combo[:-1]], inputs[combo[-1]]))
-                found.append(Partial(output, combo, cache[combo]))
+        derivatives, _ = symbolic.partial_derivatives(expr, tuple(inputs), order, limit=math.inf)
+        found += [Partial(output, tuple(inputs.index(s) for s in index), derivative)
+                  for index, derivative in derivatives]
     return found
 
 
@@ -370,9 +368,6 @@ class Report:
     table: tuple = ()  # ExactRow: the generated tests' exact values
     limited_by: tuple[str, ...] = ()  # torch functions whose own error the figures include
 
-    def worst_excess(self, dtype: str) -> float:
-        return max((f.max_excess for f in self.dbgen if f.dtype == dtype), default=0.0)
-
     def over_bound(self) -> list[Figures]:
         """The orders whose worst excess is over the bound of their dtype, unless torch's own
         functions (``limited_by``) account for it."""
@@ -387,9 +382,9 @@ class Report:
             return []
         f = max(over, key=lambda figures: figures.max_excess)
         orders = ", ".join(f"{o.order} ({o.dtype})" for o in over)
-        return [f"order(s) {orders} lose more bits than the bound ({BOUND_BITS[f.dtype]:g}) beyond their "
-                f"conditioning; worst: order {f.order} loses {f.max_excess:.0f} bits in {f.dtype} "
-                f"({f.worst_partial} at {_point_text(f.worst)}); run dbgen accuracy {self.path} for the table"]
+        return [(f"order(s) {orders} lose more bits than the bound ({BOUND_BITS[f.dtype]:g}) beyond their "
+                 f"conditioning; worst: order {f.order} loses {f.max_excess:.0f} bits in {f.dtype} "
+                 f"({f.worst_partial} at {_point_text(f.worst)}); run dbgen accuracy {self.path} for the table")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -430,7 +425,7 @@ def limited_by(exprs: Sequence[sympy.Expr]) -> tuple[str, ...]:
 
 
 def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32"), seed: int = 0,
-            composed: bool = True) -> Report:
+            composed: bool = True, source: str | None = None) -> Report:
     """The oracle on ``plan``'s module (rendered and run eagerly) at ``count`` points of its spec's
     domain, params at their defaults.
 
@@ -441,10 +436,12 @@ def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32
             rounded to it) and truth.
         seed: the sampling seed.
         composed: also measure autograd through the spec's formula written in torch ops.
+        source: the module's text where the caller has rendered it already (else rendered here).
 
     Returns:
         A ``Report``.
     """
+    from .domain import at_defaults
     from .memory import module_function, written_function
 
     spec = plan.spec
@@ -452,9 +449,9 @@ def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32
     params = [sympy.Symbol(name, real=True) for name in spec.param_names]
     exprs = _unguarded(plan)
     partial_list = partials(exprs, inputs, spec.order)
-    marks = [thresholds([_at_defaults(e, spec) for e in exprs], s) for s in inputs]
+    marks = [thresholds([at_defaults(e, spec) for e in exprs], s) for s in inputs]
     base = sample([spec.bounds(name) for name in spec.inputs], count, seed, marks)
-    subjects = {"dbgen": module_function(plan)}
+    subjects = {"dbgen": module_function(plan, source)}
     if composed:
         subjects["autograd"] = written_function(spec)
     names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
@@ -469,7 +466,7 @@ def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32
         for name, fn in subjects.items():
             try:
                 values = autograd_values(fn, points, dtype, spec.order, len(exprs), spec.stack)
-            except Exception:  # noqa: BLE001 - torch cannot run or differentiate the composed formula
+            except Exception:  # torch cannot run or differentiate the composed formula
                 if name == "dbgen":
                     raise
                 results.pop(name, None)
@@ -520,18 +517,14 @@ def _unguarded(plan) -> list[sympy.Expr]:
     return [_parsed(spec, key, text) for key, (_, text) in zip(_formula_keys(spec), spec.formulas)]
 
 
-def _at_defaults(expr: sympy.Expr, spec) -> sympy.Expr:
-    values = dict(spec.params)
-    return expr.xreplace({s: sympy.Float(values[s.name]) for s in expr.free_symbols if s.name in values})
-
 
 # -- what a person reads --------------------------------------------------------------------------
 
 
 def report_text(report: Report) -> str:
     """The per-order table of one report: dbgen's bits against autograd's, the worst point."""
-    lines = [f"{report.name}: {report.path} ({report.points} points per dtype; error in bits against "
-             f"mpmath, mean / max; excess: bits lost beyond the point's conditioning)"]
+    lines = [(f"{report.name}: {report.path} ({report.points} points per dtype; error in bits against "
+              f"mpmath, mean / max; excess: bits lost beyond the point's conditioning)")]
     header = f"  {'order':>5}  {'dtype':7}  {'dbgen mean/max':>14}  {'excess':>6}  {'autograd mean/max':>17}  {'excess':>6}  worst"
     lines.append(header)
     theirs = {(f.dtype, f.order): f for f in report.autograd or ()}

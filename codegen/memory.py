@@ -96,11 +96,12 @@ def _saved(action, exclude: set[int]) -> int:
     return sum(1 for ptr, nbytes in storages.items() if ptr and ptr not in exclude and nbytes >= full)
 
 
-def module_function(plan):
-    """The public function of ``plan``'s module, run eagerly (a fused build's kernels save the same)."""
+def module_function(plan, source: str | None = None):
+    """The public function of ``plan``'s module (``source``: its text, where already rendered), run
+    eagerly (a fused build's kernels save the same)."""
     from .render import render_module
 
-    module = _module(render_module(plan, digest=""), "dbgen_memory_check")
+    module = _module(source or render_module(plan, digest=""), "dbgen_memory_check")
     if hasattr(module, "FUSE"):
         module.FUSE = False
     return getattr(module, plan.spec.name)

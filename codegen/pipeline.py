@@ -336,24 +336,24 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
             plan = plan_spec(spec, rewrite, check_domain=True)
     except bounds.LimitExceeded as exceeded:
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
-    measured = measured_accuracy(plan)  # not symbolic work: outside the time limit
     digest = spec.digest(__version__, rewrite)
-    files = {f"{spec.name}.py": render_module(plan, digest),
-             f"tests/test_{spec.name}.py": render_tests(plan, digest, measured)}
+    module = render_module(plan, digest)
+    measured = measured_accuracy(plan, module)  # not symbolic work: outside the time limit
+    files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": render_tests(plan, digest, measured)}
     return files, plan.notes, tuple(measured.warnings()) if measured else ()
 
 
 BUILD_POINTS = 32  # the accuracy oracle's points per dtype at build time (dbgen accuracy: 256)
 
 
-def measured_accuracy(plan):
-    """The accuracy oracle's report on ``plan`` at ``BUILD_POINTS`` points, or None for a spec
-    with declared externs (no exact values to compare with)."""
+def measured_accuracy(plan, module: str):
+    """The accuracy oracle's report on ``plan``'s ``module`` (its text) at ``BUILD_POINTS`` points,
+    or None for a spec with declared externs (no exact values to compare with)."""
     from . import accuracy
 
     if plan.spec.externs:
         return None
-    return accuracy.measure(plan, BUILD_POINTS, composed=False)
+    return accuracy.measure(plan, BUILD_POINTS, composed=False, source=module)
 
 
 def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | None = None) -> dict[str, str] | None:
