@@ -39,6 +39,9 @@ class SpecialFunctionBase(sympy.Function):  # "Base": SymPy printers dispatch on
     # on [1/64, 25] by 1/64 steps, torch 2.13; bessel_j0/j1/y0/y1 are off by up to 8.5e-7
     # (their float64 approximations jump by about that at x = 5), the others by 1e-15 relative
     torch_error = 0.0
+    # mpmath's value costs seconds at hundreds of digits (bessel_y1 at 1e-30: 2.5 s at 100 digits);
+    # the accuracy oracle judges such a formula away from 0 only (accuracy.SLOW_SMALLEST)
+    slow_exact = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -274,6 +277,7 @@ class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
 
 class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
     nargs, op = 1, "torch.special.spherical_bessel_j0"
+    slow_exact = False  # sin(x)/x
 
     @staticmethod
     def derivative(x):
@@ -301,6 +305,7 @@ class sinc(SpecialFunctionBase):  # noqa: N801
     """torch.sinc: sin(pi x)/(pi x), 1 at 0."""
 
     nargs, op = 1, "torch.sinc"
+    slow_exact = False  # sin(pi x)/(pi x)
 
     @staticmethod
     def derivative(x):
