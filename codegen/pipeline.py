@@ -186,13 +186,21 @@ class TestsLayout:
         return ["/".join([*parts[:end], "__init__.py"]) for end in range(1, len(parts) + 1)]
 
     def module_path(self, name: str) -> str:
-        """The test files' ``_PATH`` expression: the module ``name``.py found from the test file."""
+        """The test files' ``_PATH`` expression: the module ``name``.py found from the test file, every
+        folder name in it a string literal (data, whatever characters the name holds)."""
         parts = [p for p in self.back.split("/") if p != "."]
         ups = 0
         while parts and parts[0] == "..":
             ups, parts = ups + 1, parts[1:]
         base = "pathlib.Path(__file__).resolve()" + (".parent.parent" if ups == 1 else f".parents[{ups}]")
-        return " / ".join([base, *(f'"{p}"' for p in [*parts, f"{name}.py"])])
+        return " / ".join([base, *(_string_literal(p) for p in [*parts, f"{name}.py"])])
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as a Python string literal in double quotes, as ruff writes one: quotes, backslashes
+    and what is not printable (line breaks, control characters, a non-UTF-8 name's surrogates)
+    escaped."""
+    return '"' + "".join("\\" + c if c in '\\"' else c if c.isprintable() else repr(c)[1:-1] for c in text) + '"'
 
 
 DEFAULT_LAYOUT = TestsLayout()
@@ -264,9 +272,11 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
     from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
+    from .series import removable
 
     keys = _formula_keys(spec)
-    formulas = tuple((key, guard(_parsed(spec, key, text), spec)) for key, (_, text) in zip(keys, spec.formulas))
+    formulas = tuple((key, guard(removable(_parsed(spec, key, text), spec), spec))
+                     for key, (_, text) in zip(keys, spec.formulas))
     guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
     plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=excess)

@@ -18,7 +18,7 @@ import sympy
 
 from . import branches, cost, external, limits, symbolic
 from .errors import SpecErrors
-from .rewrite import for_differentiation, stabilize
+from .rewrite import for_differentiation, in_ratios, stabilize
 from .spec import Spec
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
@@ -257,10 +257,11 @@ def _external_reason(called) -> str:
 
 
 def _masking(stable, inputs):
-    """``stable``, then choices between a guarded value and 0 as products with their mask
-    (``branches.mask``): every formula printed goes through it."""
+    """``stable``, then a norm's roots over its powers as ratios (``rewrite.in_ratios``) and choices
+    between a guarded value and 0 as products with their mask (``branches.mask``): every formula
+    printed goes through it."""
     def printed(expr: sympy.Expr) -> sympy.Expr:
-        expr = stable(expr)
+        expr = in_ratios(stable(expr))
         return branches.mask(expr, inputs) if expr.has(sympy.Piecewise) else expr
 
     return printed

@@ -15,8 +15,12 @@ from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
 from .external import ExternalFunctionBase, UserExternBase
+from .series import Horner
 from .symbolic import SumTerm
 
+
+
+_INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 
 
 class TorchPrinter(PythonCodePrinter):
@@ -86,7 +90,9 @@ class TorchPrinter(PythonCodePrinter):
         product = self.parenthesize(tensors, PRECEDENCE["Mul"], strict=True)
         scale = sympy.Mul(*floats)
         if scale.is_Rational and not scale.is_Integer:
-            return f"{product} / {scale.q}" if scale.p == 1 else f"{product} * ({scale.p}/{scale.q})"
+            # p/q is a float Python computes exactly rounded; a lone q is a scalar torch takes (int64)
+            return (f"{product} / {self._print(sympy.Integer(scale.q))}" if scale.p == 1
+                    else f"{product} * ({scale.p}/{scale.q})")
         if scale.is_Number:
             return f"{product} * {self._print(scale)}"
         return f"{product} * {self.parenthesize(scale, PRECEDENCE['Atom'], strict=True)}"
@@ -180,7 +186,17 @@ class TorchPrinter(PythonCodePrinter):
         return repr(float(expr))
 
     def _print_Integer(self, expr):
-        return str(int(expr))
+        """Exactly within int64; beyond it (2**64) as the nearest float, exact for a power of two:
+        torch raises OverflowError ('int too big to convert') on a Python int scalar beyond 64 bits.
+        The parser refuses constants beyond 1e300; only a derivative's coefficient can exceed
+        float64, and stays the exact int it was."""
+        value = int(expr)
+        if -_INT64_LIMIT <= value < _INT64_LIMIT:
+            return str(value)
+        try:
+            return repr(float(value))
+        except OverflowError:  # beyond float64 (a derivative's coefficient): as before, exact
+            return str(value)
 
     def _print_Rational(self, expr):
         return f"{expr.p}/{expr.q}"
@@ -472,6 +488,10 @@ def _call_depth(code: str) -> int:
     return depth(ast.parse(code, mode="eval").body)
 
 
+def _is_series(expr: sympy.Expr) -> bool:
+    return expr.has(Horner)
+
+
 class LanguagePrinter(StrPrinter):
     """SymPy -> the spec's expression language, for docstrings and messages: branches as
     ``where(cond, a, b)`` and guarded inputs as the inputs (branches.py)."""
@@ -479,6 +499,8 @@ class LanguagePrinter(StrPrinter):
     def _print_Piecewise(self, expr):
         *pieces, (last, _) = [(arg.expr, arg.cond) for arg in expr.args]
         code = self._print(last)
+        if any(_is_series(value) for value, _ in pieces):
+            return code  # series.removable's split: the user wrote the formula, not its Taylor branch
         for value, cond in reversed(pieces):
             code = f"where({self._print(cond)}, {self._print(value)}, {code})"
         return code

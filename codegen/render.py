@@ -456,10 +456,12 @@ def _argument_checks(spec) -> list[str]:
     """The public function's first lines: every param must be a Python number, every input a tensor.
 
     The helpers refuse a tensor param (its gradient would be silently dropped) and wrap Python
-    numbers given as inputs beside a tensor, or refuse them alone. Each call sits behind a cheap
-    guard that the usual call (float params, tensor inputs) passes; the guard reads the builtins
-    ``type``, ``float`` and ``isinstance``, so where an input or param takes one of those names the
-    helpers are called unguarded.
+    numbers given as inputs beside a tensor, or refuse them alone; they convert integer and bool
+    tensors to float as torch's float ops do, and refuse complex ones (the expression is real: its
+    derivatives are not autograd's complex ones) and any other dtype. Each call sits behind a cheap
+    guard that the usual call (float params, floating tensor inputs) passes; the guard reads the
+    builtins ``type``, ``float`` and ``isinstance``, so where an input or param takes one of those
+    names the helpers are called unguarded.
     """
     name = f'"{spec.name}"'
     guarded = not _GUARD_BUILTINS & {*spec.inputs, *spec.param_names}
@@ -469,9 +471,9 @@ def _argument_checks(spec) -> list[str]:
         guard = " or ".join(f"type({param}) is not float" for param in spec.param_names)
         lines += [f"if {guard}:", f"    {check}"] if guarded else [check]
     wrap = f"{_unpack(spec.inputs)} = _tensor_inputs({name}, {_keywords(spec.inputs)})"
-    guard = " and ".join(f"isinstance({x}, torch.Tensor)" for x in spec.inputs)
-    guard = f"not ({guard})" if len(spec.inputs) > 1 else f"not {guard}"
-    lines += [f"if {guard}:", f"    {wrap}"] if guarded else [wrap]
+    guard = " and ".join([*(f"isinstance({x}, torch.Tensor)" for x in spec.inputs),
+                          *(f"{x}.is_floating_point()" for x in spec.inputs)])
+    lines += [f"if not ({guard}):", f"    {wrap}"] if guarded else [wrap]
     return lines
 
 
@@ -763,8 +765,8 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines += [line for view in views for line in view.jvp_lines]
     lines += [view.backward_return for view in views]
     text = "\n".join(lines)
-    helpers = [name for name in ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed_gradients")
-               if f"{name}(" in text]
+    names = ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed_gradients", "_horner")
+    helpers = [name for name in names if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 
 

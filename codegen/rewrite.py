@@ -18,6 +18,7 @@ import sympy
 from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.codegen.numpy_nodes import logaddexp
 from sympy.codegen.rewriting import ReplaceOptim, logaddexp_opt, optimize
+from sympy.printing.precedence import PRECEDENCE
 
 from .expr import sigmoid, softplus
 
@@ -286,17 +287,18 @@ sech2_opt = ReplaceOptim(
     lambda e: _tanh_square(e)[0] * Sech2(_tanh_square(e)[1]),
 )
 
-# 1 - u**2 -> (1 - u)*(1 + u): exact near u = +-1, where asin, acos and atanh need it most.
+# 1 - u**2 -> (1 - u)*(1 + u): exact near u = +-1, where asin, acos and atanh need it most. Not for
+# u = Ratio(x, r) (in_ratios), itself rounded: 1 - u loses as much as 1 - u**2, a kernel dearer.
 difference_of_squares_opt = ReplaceOptim(
-    lambda e: e.is_Add and _one_minus_square(e) is not None,
+    lambda e: e.is_Add and _one_minus_square(e) is not None and not isinstance(_one_minus_square(e)[1], Ratio),
     lambda e: _one_minus_square(e)[0] * sympy.Mul(1 - _one_minus_square(e)[1], 1 + _one_minus_square(e)[1],
                                                    evaluate=False),
 )
 
 
 def _squares(base):
-    """(a, b) when ``base`` is a**2 + b**2, else None."""
-    if not base.is_Add or len(base.args) != 2:
+    """(a, b, ...) when ``base`` is a sum of squares a**2 + b**2 + ..., else None."""
+    if not base.is_Add:
         return None
     roots = []
     for term in base.args:
@@ -306,11 +308,118 @@ def _squares(base):
     return tuple(roots)
 
 
-# sqrt(a**2 + b**2) -> hypot(a, b), and odd powers of it: a**2 overflows before the result does.
+# sqrt(a**2 + b**2) -> hypot(a, b), sqrt(a**2 + b**2 + c**2) -> hypot(hypot(a, b), c), and odd
+# powers of them: a**2 overflows before the result does, and torch.hypot's backward divides by
+# the norm once where autograd through sqrt divides the sum by its root (a distance's third
+# derivative is inf at a norm of 1e-150). Two kernels for three squares, where the sum takes six.
 hypot_opt = ReplaceOptim(
     lambda e: e.is_Pow and e.exp.is_Rational and e.exp.q == 2 and _squares(e.base) is not None,
-    lambda e: hypot(*_squares(e.base)) ** (2 * e.exp),
+    lambda e: functools.reduce(hypot, _squares(e.base)) ** (2 * e.exp),
 )
+
+
+class Ratio(sympy.Function):
+    """Ratio(a, r) = a/r for a value a that the norm r bounds (|a| <= r): a root of r = hypot(a, b).
+
+    A norm's derivatives divide by its powers: x*y/r**3, whose parts underflow or overflow where the
+    value does not (r**3 = 0 at r = 1e-150, where x*y/r**3 is 1e150). As Ratio(x, r)*Ratio(y, r)/r,
+    every factor but the last is at most 1, and the last has the size of the value. Printed as one
+    division, which CSE cannot split into a product with 1/r.
+    """
+
+    nargs = 2
+    recomputed = True  # a division, recomputed where needed rather than passed down (symbolic.reused_calls)
+    # parenthesized as a factor, g * (x / r) and not g * x / r, also of a product with a sign (whose
+    # factors SymPy's printers parenthesize at the precedence of a sum: -g * (x / r))
+    precedence = PRECEDENCE["Add"]
+
+    def fdiff(self, argindex=1):
+        norm = self.args[1]
+        return 1 / norm if argindex == 1 else -self / norm
+
+    def _division(self, printer, separator: str) -> str:
+        a, norm = self.args
+        mul = PRECEDENCE["Mul"]
+        return f"{printer.parenthesize(a, mul, strict=True)}{separator}{printer.parenthesize(norm, mul)}"
+
+    def _torchcode(self, printer) -> str:  # printer.TorchPrinter
+        return self._division(printer, " / ")
+
+    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, as SymPy writes a division
+        return self._division(printer, "/")
+
+
+def _norm_roots(norm) -> set:
+    """The values a norm bounds: a, b and c of hypot(hypot(a, b), c), and the inner hypot(a, b)."""
+    roots = set()
+    for arg in norm.args:
+        roots.add(arg)
+        if isinstance(arg, hypot):
+            roots |= _norm_roots(arg)
+    return roots
+
+
+def _norm_divisions(mul) -> list:
+    """The factors r**-j of ``mul``, r a norm (hypot) and j a positive integer."""
+    return [f for f in sympy.Mul.make_args(mul)
+            if f.is_Pow and isinstance(f.base, hypot) and f.exp.is_Integer and f.exp < 0]
+
+
+def _root_power(factor, roots):
+    """(c, root, k) when ``factor`` is (c*root)**k with c a number and k a positive integer, else
+    None: hypot's derivative holds (2*a - 2*b)/2 for the root a - b."""
+    base, k = factor.as_base_exp()
+    if not (k.is_Integer and k > 0):
+        return None
+    content, primitive = base.as_content_primitive()
+    for sign in (1, -1):
+        if sign * primitive in roots:
+            return sign * content, sign * primitive, int(k)
+    return None
+
+
+def _pairs_with_a_norm(mul) -> bool:
+    """True when ``_over_norms`` changes ``mul``: a root over its norm, or a norm's power below -1."""
+    factors = sympy.Mul.make_args(mul)
+    return any(division.exp <= -2 or any(_root_power(f, _norm_roots(division.base)) for f in factors)
+               for division in _norm_divisions(mul))
+
+
+def _over_norms(mul):
+    """(c*a)**k / r**j -> c**k * Ratio(a, r)**m * a**(k - m) / r**(j - m), m = min(k, j), for each
+    root a of r; what is left of 1/r**j, if more than 1/r, as Ratio(1, r)**(j - m).
+
+    In a formula autograd differentiates (a single level's backward), a division by r**2 has the
+    backward -g*(v/r**2)/r**2 for the value v: 1/r**4 where the derivative has the size of v/r
+    (inf at r = 1e-100 for a Coulomb potential's second derivative). A product with (1/r)**2 has
+    backward g*2*(1/r), and the reciprocal's backward g*(1/r)**2: each the size of a derivative.
+    """
+    factors = list(sympy.Mul.make_args(mul))
+    for division in _norm_divisions(mul):
+        norm, left = division.base, -int(division.exp)
+        roots = _norm_roots(norm)
+        for index, factor in enumerate(factors):
+            found = _root_power(factor, roots) if left else None
+            if found:
+                c, root, k = found
+                m = min(k, left)
+                factors[index] = c**k * Ratio(root, norm) ** m * root ** (k - m)
+                left -= m
+        factors[factors.index(division)] = norm ** -left if left < 2 else Ratio(1, norm) ** left
+    return sympy.Mul(*factors)
+
+
+over_norm_opt = ReplaceOptim(lambda e: e.is_Mul and _pairs_with_a_norm(e), _over_norms)
+
+
+def in_ratios(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each norm's roots over its powers as ``Ratio``s, for printing.
+
+    Not one of the ``RULES``: the stable forms keep x/r**3 whole, as the rules and factoring see
+    it; this is how the planner evaluates it, (x/r)*(1/r)**2. ``for_differentiation`` undoes it.
+    """
+    return optimize(expr, [over_norm_opt]) if expr.has(hypot) else expr
+
 
 # Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid.
 RULES = (
@@ -349,18 +458,19 @@ def _is_log_cosh_tail(e) -> bool:
 
 
 def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
-    """A stabilised formula as the next nested level differentiates it, with two rewrites undone.
+    """A stabilised formula as the next nested level differentiates it, with three rewrites undone.
 
-    (1 - u)*(1 + u) is multiplied back into 1 - u**2: that rewrite is for accuracy only
-    (``stabilize`` applies it again to the derivative), and the product rule on the two factors
-    would print twice the terms. |u| + softplus(-2*|u|) - log(2) is log(cosh(u)) again: its parts
-    have kinks at u = 0 whose derivatives (sign(u), then 0 almost everywhere) lose the smooth
-    whole's second derivative there.
+    A ``Ratio`` is a division again (``in_ratios`` writes the derivative's own). (1 - u)*(1 + u)
+    is multiplied back into 1 - u**2: that rewrite is for accuracy only (``stabilize`` applies it
+    again to the derivative), and the product rule on the two factors would print twice the terms.
+    |u| + softplus(-2*|u|) - log(2) is log(cosh(u)) again: its parts have kinks at u = 0 whose
+    derivatives (sign(u), then 0 almost everywhere) lose the smooth whole's second derivative there.
     """
     def multiplied(mul):
         first, second, product = _square_pair(mul)
         return mul / (first * second) * product
 
+    expr = expr.replace(lambda e: isinstance(e, Ratio), lambda e: e.args[0] / e.args[1])
     expr = expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
     return expr.replace(_is_log_cosh_tail, lambda e: sympy.log(sympy.cosh(e.args[0].args[1].args[0]))
                         - e.args[0].args[1] + sympy.log(2))
@@ -402,4 +512,5 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "identity", "for_differentiation", "RULES", "Sech2", "expm1", "log1p", "logaddexp", "hypot"]
+__all__ = ["stabilize", "identity", "for_differentiation", "in_ratios", "RULES", "Sech2", "Ratio", "expm1", "log1p",
+           "logaddexp", "hypot"]

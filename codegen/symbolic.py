@@ -31,44 +31,91 @@ def clean(expr: sympy.Expr) -> sympy.Expr:
 
 
 def merge_powers(expr: sympy.Expr) -> sympy.Expr:
-    """Each product's powers of one base as one power: p*x**p/x -> p*x**(p - 1).
+    """Each product's powers of one base as one power: p*x**p/x -> p*x**(p - 1), and a division
+    by a factor of a power's base taken into the power: p*(x/r)**p/x -> p*(x/r)**(p - 1)/r.
 
     SymPy differentiates x**p into p*x**p/x, which is 0*inf = NaN at x = 0 where autograd (and
     the merged form) gives 0: no derivative may divide by a value the function does not divide
     by. SymPy merges numeric exponents itself but leaves x**p * x**-1 apart (equal only for
-    x != 0). Where the power multiplies a sum holding the division, x**u*(log(x) + u/x), the
-    product is distributed first. A merged power is NaN only where the function's own power is
-    (x**(p - 1) at x < 0 with p not whole, as x**p).
+    x != 0), and (x/r)**p, whose derivative is p*(x/r)**p/x, apart from x. Where the power
+    multiplies a sum holding the division, x**u*(log(x) + u/x), the product is distributed first.
+    A merged power is NaN only where the function's own power is (x**(p - 1) at x < 0 with p not
+    whole, as x**p); the other factors a merge brings in (1/r) are the base's own.
     """
     if not expr.has(sympy.Pow):
         return expr
     return expr.replace(lambda e: e.is_Mul and _splits_a_power(e), _merged_product)
 
 
-def _symbolic_power_bases(factors) -> set:
-    return {f.base for f in factors if f.is_Pow and not f.exp.is_Number}
+def _open_powers(factors) -> list:
+    """The factors B**e with e not a whole number: SymPy keeps these apart from B's factors."""
+    return [f for f in factors if f.is_Pow and not f.exp.is_Integer]
 
 
-def _divides_by(term: sympy.Expr, bases) -> bool:
-    """True when ``term`` has a factor base**e with e a negative number, for a base in ``bases``."""
-    return any(f.is_Pow and f.base in bases and f.exp.is_Number and f.exp < 0 for f in sympy.Mul.make_args(term))
+def _divisors(term: sympy.Expr) -> list:
+    """The factors s**-k of ``term`` with k a positive number."""
+    return [f for f in sympy.Mul.make_args(term) if f.is_Pow and f.exp.is_Number and f.exp < 0]
+
+
+def _absorbs(power: sympy.Pow, divisor: sympy.Pow) -> bool:
+    """True when ``power`` takes ``divisor`` in: the same base with a symbolic exponent (summed),
+    or a product base that holds the divisor's base (``_absorbed``)."""
+    if power.base == divisor.base:
+        return not power.exp.is_Number
+    return _absorbed(power, divisor) is not None
+
+
+def _absorbed(power: sympy.Pow, divisor: sympy.Pow) -> sympy.Expr | None:
+    """B**e * s**-k as B**(e - n) * B**n * s**-k for B = s**m * c (m > 0) and n = ceil(k/m): the
+    whole power B**n multiplies out into c**n * s**(n*m - k), which divides by s no more. None
+    where B does not hold s, or where e is a number below n: B**(e - n) would then divide by B,
+    inf*0 = NaN where c is 0 and the product itself is finite ((x*y)**0.5/x at y = 0)."""
+    held = _held_power(power.base, divisor.base)
+    if held is None:
+        return None
+    n = sympy.ceiling(-divisor.exp / held)
+    if power.exp.is_Number and power.exp < n:
+        return None
+    return sympy.Pow(power.base, power.exp - n) * sympy.Pow(power.base, n) * divisor
+
+
+def _held_power(base: sympy.Expr, factor: sympy.Expr) -> sympy.Expr | None:
+    """m > 0 where the product ``base`` has ``factor``**m among its factors, else None."""
+    if not base.is_Mul:
+        return None
+    for part in base.args:
+        b, m = part.as_base_exp()
+        if b == factor and m.is_Number and m > 0:
+            return m
+    return None
+
+
+def _divides_absorbably(term: sympy.Expr, powers) -> bool:
+    return any(_absorbs(p, d) for d in _divisors(term) for p in powers)
 
 
 def _splits_a_power(mul: sympy.Expr) -> bool:
     factors = sympy.Mul.make_args(mul)
-    bases = _symbolic_power_bases(factors)
-    return bool(bases) and any(
-        _divides_by(f, bases) or (f.is_Add and any(_divides_by(t, bases) for t in f.args)) for f in factors
+    powers = _open_powers(factors)
+    return bool(powers) and any(
+        _divides_absorbably(f, powers) or (f.is_Add and any(_divides_absorbably(t, powers) for t in f.args))
+        for f in factors
     )
 
 
 def _merged_product(mul: sympy.Expr) -> sympy.Expr:
     factors = sympy.Mul.make_args(mul)
-    bases = _symbolic_power_bases(factors)
+    powers = _open_powers(factors)
     for index, factor in enumerate(factors):
-        if factor.is_Add and any(_divides_by(t, bases) for t in factor.args):
+        if factor.is_Add and any(_divides_absorbably(t, powers) for t in factor.args):
             rest = sympy.Mul(*factors[:index], *factors[index + 1:])
             return sympy.Add(*(merge_powers(rest * term) for term in factor.args))
+    return _into_product_bases(_same_bases_merged(factors))
+
+
+def _same_bases_merged(factors) -> list:
+    """The factors with each symbolic power's base and its other powers as one power."""
+    bases = {f.base for f in factors if f.is_Pow and not f.exp.is_Number}
     exponents: dict[sympy.Expr, list[sympy.Expr]] = {}
     others = []
     for factor in factors:
@@ -76,7 +123,26 @@ def _merged_product(mul: sympy.Expr) -> sympy.Expr:
             exponents.setdefault(factor.base, []).append(factor.exp)
         else:
             others.append(factor)
-    return sympy.Mul(*others, *(sympy.Pow(base, sympy.Add(*found)) for base, found in exponents.items()))
+    return [*others, *(sympy.Pow(base, sympy.Add(*found)) for base, found in exponents.items())]
+
+
+def _into_product_bases(factors: list) -> sympy.Expr:
+    """Each division the product has by a factor of a power's product base taken into that power.
+
+    Only the divisions present at the start are taken in: a merge brings in the base's other
+    factors (1/r of x/r), which another power's base may hold in turn ((r/x)**q), and taking
+    those in as well would not end.
+    """
+    product = sympy.Mul(*factors)
+    for divisor in _divisors(product):
+        current = sympy.Mul.make_args(product)
+        power = next((p for p in _open_powers(current) if _absorbed(p, divisor) is not None), None)
+        if power is not None and divisor in current:
+            rest = list(current)
+            rest.remove(power)
+            rest.remove(divisor)
+            product = sympy.Mul(*rest, _absorbed(power, divisor))
+    return product
 
 
 def vjp(outputs: list[sympy.Expr], cotangents: list[sympy.Symbol], wrt: list[sympy.Symbol]) -> list[sympy.Expr]:
