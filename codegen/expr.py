@@ -9,10 +9,13 @@ so no spec can make the build hang on a huge number or a deep nest.
 from __future__ import annotations
 
 import ast
+import functools
 import math
+import time
 import warnings
 
 import sympy
+from mpmath.libmp import NoConvergence
 from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
@@ -348,6 +351,72 @@ def _check_constants(expr: sympy.Expr) -> None:
         raise ExprError(f"the constant part {_short(expr)} is too large for a float")
 
 
+ZERO_DIGITS = 30  # a constant SymPy evaluates to this many digits, with its error bounds, is not 0
+ZERO_DIGITS_MAX = 100  # the most digits SymPy works to before giving up on a constant that cancels
+ZERO_SECONDS = 2.0  # per expression, for rewrites that try to show a constant that cancels is exactly 0
+_TRIGONOMETRIC = (sympy.sin, sympy.cos, sympy.tan, sympy.sinh, sympy.cosh, sympy.tanh)
+# what SymPy's evalf and rewrites raise on a constant they cannot handle (then: not known to be 0)
+_SYMPY_ERRORS = (ArithmeticError, ValueError, TypeError, NotImplementedError, AttributeError, RecursionError,
+                 NoConvergence)
+
+
+@functools.lru_cache(maxsize=1024)
+def _zero_kind(value: sympy.Expr, rewrite: bool = True) -> str | None:
+    """Whether a constant SymPy leaves unfolded is 0: None when it is not (SymPy's evalf finds its
+    value to ZERO_DIGITS digits, error bounds kept), "zero" when it is exactly 0 (evaluated exactly,
+    as xlogy(0, 2), or shown by a rewrite, as log(2) + log(3) - log(6) by logcombine), "unproven"
+    when it cancels to 0 at every precision SymPy tries (ZERO_DIGITS_MAX digits) and no rewrite
+    decides. SymPy's ``is_zero`` alone is not enough: it is None for log(2) + log(3) - log(6), and
+    even False for erf(3 - log(8)/log(2)), which is 0. A declared extern's value is not known here.
+
+    ``rewrite=False``: no rewrites (the expression's time for them is spent). The rewrites are
+    cheap ones that stay out of SymPy's polynomial code, and so is ``is_zero`` (for an algebraic
+    number it computes a minimal polynomial): simplify, radsimp, cancel and minimal_polynomial
+    compile and exec code of their own, which the guard that no code runs while a spec loads
+    refuses (tests/test_fuzz.py). 1/(1 + sqrt(2)) - sqrt(2) + 1 is then "unproven"."""
+    if any(isinstance(call, external.UserExternBase) for call in value.atoms(sympy.Function)):
+        return None
+    numeric = _numeric_zero(value)
+    if numeric != "cancels":
+        return numeric
+    if not rewrite:
+        return "unproven"
+    rewrites = [lambda v: sympy.logcombine(v, force=True), lambda v: sympy.expand_log(v, force=True),
+                lambda v: sympy.expand(v, force=True)]  # force=True: a constant has no symbols to assume things of
+    if value.has(*_TRIGONOMETRIC):
+        rewrites.append(sympy.trigsimp)
+    for rewritten_by in rewrites:
+        try:
+            rewritten = rewritten_by(value)
+        except _SYMPY_ERRORS:
+            continue
+        numeric = _numeric_zero(rewritten)
+        if numeric != "cancels":
+            return numeric  # 0, or a value too small for SymPy's precision as written (exp(-1000) + 0)
+    return "unproven"
+
+
+def _numeric_zero(value: sympy.Expr) -> str | None:
+    """SymPy's evalf of a constant: None when it finds a value to ZERO_DIGITS digits that is not 0
+    (or cannot evaluate it at all), "zero" when the value is exactly 0 (mpmath gives an exact 0
+    from exact arguments), "cancels" when it is 0 to all the ZERO_DIGITS_MAX digits it tries."""
+    from sympy.core.evalf import PrecisionExhausted
+
+    if value.is_Number:
+        return "zero" if value == 0 else None
+    try:
+        approx = value.evalf(ZERO_DIGITS, maxn=ZERO_DIGITS_MAX, strict=True)
+    except PrecisionExhausted:
+        try:
+            approx = value.evalf(ZERO_DIGITS, maxn=ZERO_DIGITS_MAX)
+        except _SYMPY_ERRORS:
+            return "cancels"
+        return "zero" if approx is sympy.S.Zero else "cancels"
+    except _SYMPY_ERRORS:
+        return None
+    return "zero" if approx.is_Number and approx == 0 else None
+
+
 def _float_value(expr: sympy.Expr) -> float:
     if expr.is_Number or expr in (sympy.pi, sympy.E):
         value = float(expr)
@@ -384,6 +453,8 @@ class _Builder:
         self.params = params
         self.names_known = names_known
         self.depth = 0
+        self.zeros: dict[ast.AST, str] = {}  # a node whose constant value was folded to 0 -> _zero_kind's
+        self.zero_seconds = 0.0  # spent deciding whether constants are 0 (ZERO_SECONDS at most, then no rewrites)
 
     def build(self, node: ast.AST) -> sympy.Expr:
         self.depth += 1
@@ -394,9 +465,34 @@ class _Builder:
             if method is None:
                 what = _NODE_TEXT.get(type(node), type(node).__name__)
                 raise ExprError(f"{what} is not allowed in an expression; {_LANGUAGE}")
-            return _defined(_real_parts(method(node)))
+            return self._fold_zero(node, _defined(_real_parts(method(node))))
         finally:
             self.depth -= 1
+
+    def _fold_zero(self, node: ast.AST, value):
+        """``value``, or 0 where it is a constant (no inputs or params) that is 0 but not folded by
+        SymPy (log(2) + log(3) - log(6)): printed as written, it would be a float of about 1e-16,
+        and a division by it about 1e16."""
+        if isinstance(value, sympy.Expr) and not value.is_Atom and not value.free_symbols:
+            started = time.monotonic()
+            kind = _zero_kind(value, self.zero_seconds < ZERO_SECONDS)
+            self.zero_seconds += time.monotonic() - started
+            if kind is not None:
+                self.zeros[node] = kind
+                return sympy.S.Zero
+        return value
+
+    def _zero_message(self, message: str, node: ast.AST | None) -> str:
+        """``message`` naming the constant the user wrote that is 0, where one was folded to 0."""
+        found = [(part, self.zeros[part]) for part in ast.walk(node) if part in self.zeros] if node else []
+        if not found:
+            return message
+        part, kind = next(((part, kind) for part, kind in found if kind == "zero"), found[0])
+        if kind == "zero":
+            why = "is exactly 0" if part is node else f"is 0 ({_written(part)} is exactly 0)"
+            return f"{message}: {_written(node)} {why}; remove the division, or correct the constant"
+        return (f"{message}: {_written(part)} is 0 to {ZERO_DIGITS_MAX} digits, and dbgen cannot show that it is "
+                "not 0; write the constant in a simpler form (a number, or fewer terms)")
 
     def _build_Constant(self, node: ast.Constant) -> sympy.Expr:
         value = node.value
@@ -467,10 +563,10 @@ class _Builder:
             _check_operator(node.op)
             if isinstance(node.op, (ast.BitAnd, ast.BitOr)):
                 return self._combine(node)
-            return self._apply(node.op, self.build(node.left), self.build(node.right))
+            return self._apply(node.op, self.build(node.left), self.build(node.right), node.left, node.right)
         result = self.build(node)
         for link in reversed(chain):
-            result = self._apply(link.op, result, self.build(link.right))
+            result = self._apply(link.op, result, self.build(link.right), link.left, link.right)
         return result
 
     def _combine(self, node: ast.BinOp) -> sympy.Expr:
@@ -480,8 +576,8 @@ class _Builder:
         left, right = (condition(self.build(side), where) for side in (node.left, node.right))
         return sympy.And(left, right) if text == "&" else sympy.Or(left, right)
 
-    @staticmethod
-    def _apply(op: ast.operator, left: sympy.Expr, right: sympy.Expr) -> sympy.Expr:
+    def _apply(self, op: ast.operator, left: sympy.Expr, right: sympy.Expr, left_node: ast.AST | None = None,
+               right_node: ast.AST | None = None) -> sympy.Expr:
         left, right = number(left), number(right)
         if isinstance(op, ast.Add):
             return left + right
@@ -491,8 +587,10 @@ class _Builder:
             return _indicator_product(left, right) or _indicator_product(right, left) or left * right
         if isinstance(op, ast.Div):
             if right.is_zero:
-                raise ExprError("division by zero")
+                raise ExprError(self._zero_message("division by zero", right_node))
             return left / right
+        if right.is_Number and right.is_negative and left.is_zero:
+            raise ExprError(self._zero_message("division by zero (0 to a negative power)", left_node))
         return _power(left, right)
 
     def _build_Call(self, node: ast.Call) -> sympy.Expr:
@@ -543,6 +641,12 @@ class _Builder:
                 why = f"dbgen does not differentiate {name} in it; write {function.usage}"
             raise ExprError(f"{name}()'s {argument} must be a number or a param, not {ast.unparse(nodes[index])}, "
                             f"which depends on {', '.join(found)} ({why})")
+
+
+def _written(node: ast.AST) -> str:
+    """A part of the expression as the user wrote it (normalized by ``ast``), cut to a readable length."""
+    text = ast.unparse(node)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _literal(name: str, node: ast.expr) -> sympy.Integer:

@@ -118,6 +118,13 @@ def composed_function(plan):
     return _module(source, "dbgen_memory_composed").composed
 
 
+def _torch_scalar(value):
+    """``value``, an int beyond int64 as a float: torch refuses it as a scalar (``x * 2**64``)."""
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        return float(value)
+    return value
+
+
 def written_function(spec):
     """The spec's expression exactly as written, in torch ops (``(sigma/r)**12`` stays a quotient
     raised to a power, where SymPy would print ``sigma**12/r**12``), params as Python numbers."""
@@ -138,7 +145,7 @@ def written_function(spec):
 
         def walk(node):
             if isinstance(node, ast.Constant):
-                return node.value
+                return _torch_scalar(node.value)
             if isinstance(node, ast.Name):
                 return names[node.id]
             if isinstance(node, ast.UnaryOp):
@@ -146,7 +153,7 @@ def written_function(spec):
                     return ~walk(node.operand)
                 return -walk(node.operand) if isinstance(node.op, ast.USub) else walk(node.operand)
             if isinstance(node, ast.BinOp):
-                return operators[type(node.op)](walk(node.left), walk(node.right))
+                return _torch_scalar(operators[type(node.op)](walk(node.left), walk(node.right)))
             if isinstance(node, ast.Compare):  # as torch code writes it: a chain joined by &
                 values = [walk(part) for part in (node.left, *node.comparators)]
                 tests = [operators[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:])]

@@ -63,8 +63,19 @@ def parse_params(values: list[str]) -> tuple[tuple[str, str], ...]:
         if not sep or not name or not _NUMBER_RE.match(number):
             example = f"{name if name.isidentifier() else 'beta'}=1.0"  # the user's own name where given
             raise NewSpecError([f"dbgen: --params {item!r} must be NAME=NUMBER, e.g. --params {example}"])
-        params.append((name, number))
+        params.append((name, _decimal(number)))
     return tuple(params)
+
+
+def _decimal(number: str) -> str:
+    """A whole number without leading zeros or '+' ('010' -> '10'): what dbgen reads (YAML 1.2,
+    decimal 10), written so that a YAML 1.1 tool reads it alike (not as octal 8)."""
+    if re.fullmatch(r"[-+]?[0-9]+", number):
+        try:
+            return str(int(number))
+        except ValueError:  # more digits than Python converts: left for the loader to refuse
+            return number
+    return number
 
 
 def target_path(name: str, output: Path | None, default_folder: Path) -> Path:

@@ -69,6 +69,20 @@ _SCALAR_TAGS = {
 _NULL_TAG = "tag:yaml.org,2002:null"
 _STR_TAG = "tag:yaml.org,2002:str"
 _COLLECTION_TAGS = {yaml.SequenceNode: "tag:yaml.org,2002:seq", yaml.MappingNode: "tag:yaml.org,2002:map"}
+# Numbers as YAML 1.2's core schema reads them (yaml.org/spec/1.2.2, 10.3.2), not as PyYAML's YAML
+# 1.1 does: 010 is 10 (not octal 8), 1e3 is 1000.0 (not text), 0o17 and 0x1F are 15 and 31.
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_YAML12_INT_RE = re.compile(r"(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)\Z")
+_YAML12_FLOAT_RE = re.compile(  # the implicit form: a dot or an exponent (a plain 1 is an int)
+    r"(?:[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+(?=[eE]))(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
+)
+# YAML 1.1's other numbers (1:30 sexagesimal, 0b101, 0x_1F, +0x1F, 0_17, 1_000): text in YAML 1.2,
+# numbers to a 1.1 reader. A plain one gets this tag (which nothing constructs), so that a spec
+# meaning 90 by 1:30 is refused at its line instead of read as text by one tool and 90 by another.
+_YAML11_NUMBER_TAG = "tag:dbgen,2024:yaml-1.1-number"
+_YAML11_NUMBERS = {tag: regexp for first in "0123456789-+." for tag, regexp in yaml.SafeLoader.yaml_implicit_resolvers[first]
+                   if tag in (_INT_TAG, _FLOAT_TAG)}
 
 
 @dataclass(frozen=True)
@@ -202,6 +216,65 @@ class _NoAliasLoader(yaml.SafeLoader):
             self._depth -= 1
 
 
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """A YAML 1.2 int: decimal (010 is 10), 0o octal or 0x hex; ValueError for any other text (!!int 1_000)."""
+    text = loader.construct_scalar(node)
+    if not _YAML12_INT_RE.match(text):
+        raise ValueError(f"not a YAML 1.2 int: {text!r}")
+    if text.startswith(("0o", "0x")):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    """A YAML 1.2 float (an int's text too, as in !!float 1); ValueError for any other text."""
+    text = loader.construct_scalar(node)
+    if text[-4:].lower() in (".inf", ".nan") and _YAML12_FLOAT_RE.match(text):
+        return math.nan if text[-1] in "nN" else -math.inf if text[0] == "-" else math.inf
+    if not (_YAML12_FLOAT_RE.match(text) or re.fullmatch(r"[-+]?[0-9]+", text)):
+        raise ValueError(f"not a YAML 1.2 float: {text!r}")
+    return float(text)
+
+
+# The resolvers: PyYAML's YAML 1.1 ones for bool, null and the rest; YAML 1.2's for numbers, then
+# YAML 1.1's for the forms only 1.1 reads as numbers (tried in this order, the first match wins).
+_NoAliasLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_NoAliasLoader.add_implicit_resolver(_INT_TAG, _YAML12_INT_RE, list("-+0123456789"))
+_NoAliasLoader.add_implicit_resolver(_FLOAT_TAG, _YAML12_FLOAT_RE, list("-+.0123456789"))
+for _regexp in _YAML11_NUMBERS.values():
+    _NoAliasLoader.add_implicit_resolver(_YAML11_NUMBER_TAG, _regexp, list("-+.0123456789"))
+_NoAliasLoader.add_constructor(_INT_TAG, _construct_int)
+_NoAliasLoader.add_constructor(_FLOAT_TAG, _construct_float)
+
+
+def _yaml11_number(node: yaml.ScalarNode) -> str | None:
+    """Why a scalar YAML 1.1 would read as a number is refused, or None: a plain 1:30 (tagged by
+    the resolver), or an !!int or !!float in a form YAML 1.2 has not (!!int 0b101)."""
+    text = node.value
+    tagged = node.tag in (_INT_TAG, _FLOAT_TAG) and not (_YAML12_INT_RE.match(text) or _YAML12_FLOAT_RE.match(text))
+    tag = next((tag for tag, regexp in _YAML11_NUMBERS.items() if regexp.match(text)), None)
+    if tag is None or not (node.tag == _YAML11_NUMBER_TAG or tagged):
+        return None
+    digits = text.lstrip("+-")
+    form = ("sexagesimal, base 60" if ":" in text else "binary" if digits.startswith("0b")
+            else "hexadecimal" if digits.startswith("0x") else "octal" if tag == _INT_TAG and digits[:1] == "0"
+            else "with '_' separators")
+    try:
+        loader = yaml.SafeLoader("")
+        value = loader.construct_yaml_int(node) if tag == _INT_TAG else loader.construct_yaml_float(node)
+        decimal = _shorten(repr(value))
+    except (ValueError, OverflowError):
+        decimal = None
+    meaning = f": {decimal}" if decimal is not None else ""
+    how = f"write the number in decimal ({decimal})" if decimal is not None else "write the number in decimal"
+    where = "where it is text" if node.tag == _YAML11_NUMBER_TAG else f"which has no such {tag.rsplit(':', 1)[-1]}"
+    return (f"{_shown(node)} is a number only in YAML 1.1 ({form}{meaning}); dbgen reads specs as YAML 1.2, "
+            f"{where}: {how}, or quote it if it is text")
+
+
 def display_path(path: Path, root: Path | None = None) -> str:
     """The path as users see it in messages and headers: relative to ``root``, '/' separators."""
     root = root or Path.cwd()
@@ -288,7 +361,7 @@ def _line(node: yaml.Node) -> int:
 def _bad_tag(node: yaml.Node) -> str | None:
     """The node's tag when it is not one of the plain YAML tags a spec may hold, else None."""
     allowed = _COLLECTION_TAGS.get(type(node))
-    ok = node.tag == allowed if allowed else node.tag in _SCALAR_TAGS
+    ok = node.tag == allowed if allowed else node.tag in _SCALAR_TAGS or node.tag == _YAML11_NUMBER_TAG
     return None if ok else node.tag
 
 
@@ -346,6 +419,10 @@ class _Reader:
         if not isinstance(node, yaml.ScalarNode):
             kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
             self.fail(node, f"{what} must be a single value, not {kind}")
+            return None
+        refused = _yaml11_number(node)
+        if refused:
+            self.fail(node, f"{what}: {refused}")
             return None
         if node.tag == _NULL_TAG:
             if node.value:
