@@ -1,9 +1,11 @@
 """``dbgen audit``: find silently wrong higher derivatives in hand-written autograd Functions.
 
 targets (what to audit) -> static (the source) and dynamic (the Function run) checks -> a verdict
-per Function (``ok``, ``wrong`` at some order, ``limited``) -> report (a table, or JSON) and, where
-``--expr`` agrees with an elementwise Function at every order, the spec that replaces it
-(``replacement``). Contract v2, section 7.
+per Function (``ok``, ``wrong`` at some order, ``limited``, or ``unchecked`` where it could not be
+checked) -> report (a table, or JSON) and, where ``--expr`` agrees with an elementwise Function at
+every order, the spec that replaces it (``replacement``). ``run`` imports and audits each target in
+a worker process with a time limit (``isolation``): one that exits, hangs or crashes is reported as
+such and the others still are. Contract v2, section 7.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from . import dynamic, static
-from .targets import NoFunctionError, Target, TargetError, resolve
+from . import dynamic, isolation, static
+from .targets import Target, TargetError
 
-OK, WRONG, LIMITED = "ok", "wrong", "limited"
-__all__ = ["Audit", "Options", "TargetError", "audit", "run"]
+OK, WRONG, LIMITED, UNCHECKED = "ok", "wrong", "limited", "unchecked"
+DEFAULT_TIMEOUT = isolation.DEFAULT_TIMEOUT
+__all__ = ["Audit", "Options", "TargetError", "audit", "run", "unchecked"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class Options:
     order: int = 3
     expr: str | None = None
     dtype: str = "float64"  # float32: also check every order in float32 against float64
+    # the seconds one Function's audit, or one target's import, may take (None: no limit)
+    timeout: float | None = DEFAULT_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -42,36 +47,48 @@ class Audit:
     correct_to_order: int
     summary: str
     spec: str | None = None  # the replacing spec's YAML, where --expr agrees
+    label: str = ""  # unchecked: why, in a few words (the table's verdict cell: "timed out", "n/a: give --domain")
+    shown: str = ""  # the table's name for it, where it is not a Function's class (a module that exits at import)
 
 
 def run(texts: Sequence[str], options: Options, skipped=None) -> list[Audit]:
-    """Audit every Function the targets name, in order. TargetError for a target that cannot be
-    resolved; a module or file that defines no Function is skipped (``skipped(message)``) among
-    others, an error alone."""
-    targets = []
-    for text in texts:
-        try:
-            targets += resolve(text)
-        except NoFunctionError as exc:
-            if len(texts) == 1:
-                raise
-            if skipped is not None:
-                skipped(str(exc))
-    if not targets:
-        raise TargetError("no torch.autograd.Function subclass in " + ", ".join(texts))
-    return [audit(target, options) for target in targets]
+    """Audit every Function the targets name, in order, each in a worker process (``isolation``).
+    TargetError for a target that names nothing (no such file, module, class); a module or file that
+    defines no Function is skipped (``skipped(message)``) among others, an error alone; one that
+    exits, hangs or raises at import, and a Function whose audit exits, hangs or crashes, is an
+    ``unchecked`` Audit in its place."""
+    return isolation.run(texts, options, skipped)
+
+
+def unchecked(function: str, label: str, message: str, file: str, line: int, findings=(), inputs=(),
+              shown: str = "") -> Audit:
+    """The Audit of a target the audit could not check: verdict ``unchecked``, ``label`` in the
+    table, ``message`` its summary and an ``error`` finding at ``file:line``."""
+    finding = static.Finding(file, line, message, static.ERROR, "audit")
+    return Audit(function, tuple(inputs), (*findings, finding), (), UNCHECKED, None, 0, message, label=label,
+                 shown=shown)
 
 
 def audit(target: Target, options: Options) -> Audit:
     findings = static.check(target.cls)
     names = dynamic.input_names(target.cls)
+    place = static.source_place(target.cls)
+    if not names:
+        return unchecked(target.name, "no inputs", (
+            "forward takes no input (every parameter after ctx has a default, or there is none): there is "
+            "nothing to differentiate; audit a Function of tensor inputs"), *place, findings)
     setup = dynamic.Setup(names, tuple(options.domains.get(n, dynamic.DEFAULT_DOMAIN) for n in names), options.shape)
     try:
         setup = _callable_setup(target.cls, setup)
     except Exception as exc:  # noqa: BLE001 - the user's Function, called with tensors it does not take
-        summary = (f"cannot be called with tensor inputs ({', '.join(names)}): {dynamic.first_line(exc)}; audit a "
-                   "Function whose forward takes tensors, or give its other arguments defaults")
-        return Audit(target.name, names, tuple(findings), (), LIMITED, None, 0, summary)
+        summary = (f"raises when called with tensor inputs ({', '.join(names)}) drawn from {_domains(setup)}: "
+                   f"{dynamic.first_line(exc)}; audit a Function whose forward takes tensors, give its other "
+                   "arguments defaults, or give --domain where it is defined")
+        return unchecked(target.name, "raises when called", summary, *place, findings, names)
+    if len(setup.constant) + len(setup.numbers) == len(names):
+        return unchecked(target.name, "no gradient", (
+            f"backward returns no gradient (None) for any input ({', '.join(names)}): there is nothing to "
+            "differentiate"), *place, findings, names)
     findings += _ungraded(target, setup)
     subject = dynamic.Subject(target.cls, setup)
     reference = _reference(options.expr, names, options.order) if options.expr else None
@@ -82,12 +99,28 @@ def audit(target: Target, options: Options) -> Audit:
         results.append(dynamic.float32_check(subject, options.order))
     findings = _confirmed(findings, dynamic.stashed_on_ctx(subject), target)
     verdict, wrong_at, correct_to, summary = _verdict(findings, results, options.order)
+    if verdict == UNCHECKED:
+        summary += f"; the inputs were drawn from {_domains(setup)}"
+        findings.append(static.Finding(*place, summary, static.ERROR, "audit"))
+        return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary,
+                     label=NOT_CHECKABLE)
     spec = None
     if options.expr and verdict != WRONG and correct_to == options.order:
         from .replacement import replacing_spec
 
-        spec = replacing_spec(target, names, options)
+        try:
+            spec = replacing_spec(target, names, options)
+        except Exception as exc:  # noqa: BLE001 - the Function is audited all the same: say why no spec
+            findings.append(static.Finding(*place, f"--expr agrees, but no replacing spec is written: {exc}",
+                                           static.NOTE, "spec"))
     return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary, spec)
+
+
+NOT_CHECKABLE = "n/a: give --domain"  # the verdict cell of a Function with an order not compared (not finite)
+
+
+def _domains(setup: dynamic.Setup) -> str:
+    return ", ".join(f"{name} in [{lo:g}, {hi:g}]" for name, (lo, hi) in zip(setup.names, setup.domains))
 
 
 def _callable_setup(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
@@ -169,11 +202,15 @@ def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: 
 
 
 def _verdict(findings, results, order: int) -> tuple[str, int | None, int, str]:
-    """(verdict, wrong_at_order, correct_to_order, a one-line summary)."""
+    """(verdict, wrong_at_order, correct_to_order, a one-line summary). An order that could not be
+    compared (n/a: not finite, or not smooth, at the drawn points) is not counted correct: where one
+    comes before any order that raises, the verdict is unchecked (give --domain), never ok."""
     wrong = [r for r in results if r.status == dynamic.WRONG]
     wrong_at = min((r.order for r in wrong if r.order is not None), default=None) if wrong else None
     failed_orders = [int(r.check.split()[-1]) for r in results
                      if r.check.startswith("order ") and r.status == dynamic.FAIL]
+    not_compared = sorted((int(r.check.split()[-1]), r.reason) for r in results
+                          if r.check.startswith(("order ", "expr order ")) and r.status == dynamic.NOT_APPLICABLE)
     first_bad = min([o for o in (wrong_at, *failed_orders) if o is not None], default=order + 1)
     correct_to = min(first_bad - 1, order)
     if wrong:
@@ -182,6 +219,12 @@ def _verdict(findings, results, order: int) -> tuple[str, int | None, int, str]:
         summary = (f"differs from --expr from order {wrong_at}" if against_expr
                    else f"silently wrong at order {wrong_at}")
         return WRONG, wrong_at, correct_to, summary
+    if not_compared and not_compared[0][0] < first_bad:
+        k, reason = not_compared[0]
+        correct_to = max(k - 1, 0)
+        shown = f"order {k}" if k else "the value"
+        checked = f"correct to order {correct_to}, " if correct_to else ""
+        return UNCHECKED, None, correct_to, (f"{NOT_CHECKABLE}: {checked}{shown} could not be checked ({reason})")
     limits = [r.check for r in results if r.status == dynamic.FAIL]
     static_limits = [f for f in findings if f.kind == static.LIMIT]
     if limits or static_limits:

@@ -202,6 +202,10 @@ def _quotient(scalar, inputs, directions, level: int, step: float) -> float:
 
 def _value_against_reference(subject: Subject, reference: Callable, inputs) -> Result:
     got, want = subject.first(*inputs).detach(), reference(*inputs).detach()
+    if not torch.isfinite(want).any():
+        return Result("expr order 0", NOT_APPLICABLE, "--expr is not finite at any drawn point")
+    if got.shape == want.shape and not torch.isfinite(got[torch.isfinite(want)]).all():
+        return Result("expr order 0", WRONG, "the value is not finite where --expr's is", 0)
     if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-7, atol=1e-9, equal_nan=True):
         error = (got - want).abs().max().item() if got.shape == want.shape else float("nan")
         return Result("expr order 0", WRONG, f"the value differs from --expr's by up to {error:.3g}", 0)
@@ -224,6 +228,8 @@ def _against_reference(subject: Subject, reference: Callable, inputs, k: int) ->
     except Exception as exc:  # noqa: BLE001
         return Result(check, FAIL, f"order {k} raises: {first_line(exc)}")
     theirs = _gradients(level_scalar(first(reference), inputs, k - 1), wrt(inputs))
+    if not any(bool(torch.isfinite(want).any()) for want in theirs):
+        return Result(check, NOT_APPLICABLE, f"--expr's order {k} is not finite at any drawn point")
     for got, want in zip(ours, theirs):
         finite = torch.isfinite(want)
         if not torch.isfinite(got[finite]).all():

@@ -4,6 +4,8 @@ The formula is read by dbgen's own parser (the spec language) and run in torch o
 generated tests' composed expression is, so that autograd through it is the reference at every
 order. Where the Function is elementwise and agrees with it at every order up to ``--order``, the
 spec that ``dbgen build`` turns into its replacement is written out (validated by the loader).
+Where the class's name makes a name the spec cannot have (``Abs`` -> ``abs``, a builtin), the spec
+is named ``abs_fn`` and says why.
 """
 
 from __future__ import annotations
@@ -38,17 +40,30 @@ def replacing_spec(target: Target, names: tuple[str, ...], options) -> str | Non
     """The spec replacing an elementwise Function that --expr matches; None where it is not elementwise."""
     if not _elementwise(target.cls, names):
         return None
-    name = spec_name(target.cls.__name__)
-    lines = [f"# Replaces {target.name}: dbgen audit found --expr equal to it at every order up to {options.order}.",
-             f"name: {name}", f"expr: {_quoted(options.expr)}", f"inputs: [{', '.join(names)}]",
-             f"order: {options.order}"]
+    wanted = spec_name(target.cls.__name__)
+    refused = None
+    for name in (wanted, f"{wanted}_fn", f"{wanted}_function"):  # Abs -> abs is a builtin: abs_fn
+        text = _spec_text(target, names, options, name, wanted if name != wanted else None, refused)
+        try:
+            _validate(text, f"{name}.yaml")
+        except TargetError as exc:
+            refused = refused or str(exc).split("would not load: ", 1)[-1].split("; choose")[0]
+            continue
+        return text
+    raise TargetError(f"the replacing spec would not load: {refused}")
+
+
+def _spec_text(target: Target, names, options, name: str, renamed: str | None, why: str | None) -> str:
+    lines = [f"# Replaces {target.name}: dbgen audit found --expr equal to it at every order up to {options.order}."]
+    if renamed:
+        lines.append(f"# Named {name}, not {renamed}: {why}.")
+    lines += [f"name: {name}", f"expr: {_quoted(options.expr)}", f"inputs: [{', '.join(names)}]",
+              f"order: {options.order}"]
     domains = {n: options.domains[n] for n in names if n in options.domains}
     if domains:
         lines += ["domain:", *(f"  {n}: [{lo!r}, {hi!r}]" for n, (lo, hi) in domains.items())]
     lines.append(f"doc: {_quoted(f'Replaces the hand-written {target.cls.__name__}.')}")
-    text = "\n".join(lines) + "\n"
-    _validate(text, f"{name}.yaml")
-    return text
+    return "\n".join(lines) + "\n"
 
 
 def spec_name(class_name: str) -> str:

@@ -3,7 +3,10 @@
 One row per Function, one column per check (the first finding's file:line, gradcheck,
 gradgradcheck, each order, --expr's orders, the torch.func transforms together, torch.compile) and
 the verdict; under the table, for each Function that is not ok, what makes it so, each with its
-file:line or the check's one-line reason.
+file:line or the check's one-line reason. A target that could not be checked has a row too, its
+verdict cell saying why in a few words ("timed out", "exits at import", "n/a: give --domain").
+Names and paths come from the user's code: the table escapes them for rich's markup (the printer
+turns emoji codes off: a name such as ``:Up:`` is printed as written).
 """
 
 from __future__ import annotations
@@ -12,20 +15,23 @@ import json
 import re
 from collections.abc import Sequence
 
-from . import LIMITED, OK, WRONG, Audit
+from rich.markup import escape
+
+from . import LIMITED, OK, UNCHECKED, WRONG, Audit
 from .dynamic import FAIL, NOT_APPLICABLE, PASS, TRANSFORMS
 from .dynamic import WRONG as WRONG_NUMBER
-from .static import LIMIT, SUSPECT
+from .static import ERROR, LIMIT, NOTE, SUSPECT
 
 _STYLE = {PASS: "green", FAIL: "yellow", WRONG_NUMBER: "bold red", NOT_APPLICABLE: "dim"}
-_VERDICT_STYLE = {OK: "green", LIMITED: "yellow", WRONG: "bold red"}
+_VERDICT_STYLE = {OK: "green", LIMITED: "yellow", WRONG: "bold red", UNCHECKED: "bold magenta"}
 _SHOWN = {PASS: "ok", FAIL: "raises", WRONG_NUMBER: "WRONG", NOT_APPLICABLE: "n/a"}
 _FUNC = tuple(name for name in TRANSFORMS if name != "compile")
 
 
 def as_json(audits: Sequence[Audit]) -> str:
-    """The contract's JSON: function, verdict, wrong_at_order, findings (file, line, message), and
-    each check's status and reason."""
+    """The contract's JSON: function, verdict (ok, wrong, limited, or unchecked where the audit could
+    not check it: summary says why), wrong_at_order, findings (file, line, message), and each
+    check's status and reason."""
     return json.dumps([{
         "function": a.function,
         "verdict": a.verdict,
@@ -55,15 +61,20 @@ def table(audits: Sequence[Audit], order: int, with_expr: bool):
         grid.add_column(column, no_wrap=True)
     for audit in audits:
         checks = {r.check: r for r in audit.results}
-        cells = [audit.function.rsplit(":", 1)[-1].rsplit(".", 1)[-1], _first_finding(audit)]
+        cells = [escape(_short_name(audit)), _first_finding(audit)]
         cells += [_cell(checks.get(name)) for name in ("gradcheck", "gradgradcheck")]
         cells += _order_cells([checks.get(f"order {k}") for k in range(1, order + 1)])
         if with_expr:
             cells += _order_cells([checks.get(f"expr order {k}") for k in range(order + 1)])
         cells += [_transforms_cell([checks[n] for n in _FUNC if n in checks]), _cell(checks.get("compile"))]
-        cells.append(f"[{_VERDICT_STYLE[audit.verdict]}]{audit.verdict}[/]")
+        shown = audit.label if audit.verdict == UNCHECKED and audit.label else audit.verdict
+        cells.append(f"[{_VERDICT_STYLE[audit.verdict]}]{escape(shown)}[/]")
         grid.add_row(*cells)
     return grid
+
+
+def _short_name(audit: Audit) -> str:
+    return audit.shown or audit.function.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
 def _order_cells(results) -> list[str]:
@@ -96,19 +107,26 @@ def _transforms_cell(results) -> str:
 
 
 def _first_finding(audit: Audit) -> str:
-    ordered = [f for f in audit.findings if f.kind == SUSPECT] + [f for f in audit.findings if f.kind == LIMIT]
+    ordered = [f for kind in (SUSPECT, ERROR, LIMIT) for f in audit.findings if f.kind == kind]
     if not ordered:
         return "[dim]-[/]"
     first = ordered[0]
-    style = "bold red" if first.kind == SUSPECT else "yellow"
-    return f"[{style}]{first.file.rsplit('/', 1)[-1]}:{first.line}[/]"
+    style = {SUSPECT: "bold red", ERROR: "bold magenta"}.get(first.kind, "yellow")
+    line = f":{first.line}" if first.line else ""
+    return f"[{style}]{escape(first.file.rsplit('/', 1)[-1])}{line}[/]"
 
 
 def details(audit: Audit) -> list[str]:
-    """What makes a Function wrong (every finding and wrong number) or limited (one line), and the
-    spec that replaces it where --expr agrees."""
+    """What makes a Function wrong (every finding and wrong number), limited (one line) or unchecked
+    (why, and where), its notes, and the spec that replaces it where --expr agrees. Plain text: the
+    printer escapes it."""
     lines = []
-    if audit.verdict == WRONG:
+    if audit.verdict == UNCHECKED:
+        errors = [f for f in audit.findings if f.kind == ERROR]
+        where = f" ({errors[-1].file}:{errors[-1].line})" if errors and errors[-1].line else ""
+        lines.append(f"{audit.function}: not checked{where}: {audit.summary}")
+        lines += [f"  {f.file}:{f.line}: {f.message}" for f in audit.findings if f.kind == SUSPECT]
+    elif audit.verdict == WRONG:
         lines.append(f"{audit.function}: {audit.summary}")
         lines += [f"  {f.file}:{f.line}: {f.message}" for f in audit.findings if f.kind == SUSPECT]
         lines += [f"  {r.check}: {r.reason}" for r in audit.results if r.status == WRONG_NUMBER]
@@ -118,6 +136,7 @@ def details(audit: Audit) -> list[str]:
         lines.append(f"{audit.function}: limited, {audit.summary}{where}")
         lines += [f"  {r.check}: {r.reason}" for r in audit.results
                   if r.check.startswith(("order", "expr order", "float32")) and r.status == FAIL]
+    lines += [f"{audit.function}: note: {f.message}" for f in audit.findings if f.kind == NOTE]
     if audit.spec:
         lines.append(f"{audit.function}: the spec that replaces it (dbgen build generates its Function):")
         lines += [f"    {line}" for line in audit.spec.splitlines()]
@@ -129,7 +148,7 @@ def refusals(audits: Sequence[Audit]) -> list[str]:
     refused."""
     by_reason: dict[str, dict[str, list[str]]] = {}
     for audit in audits:
-        name = audit.function.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        name = _short_name(audit)
         for result in audit.results:
             if result.check in TRANSFORMS and result.status == FAIL:
                 by_reason.setdefault(_short(result.reason), {}).setdefault(name, []).append(result.check)

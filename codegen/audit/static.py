@@ -17,8 +17,10 @@ import inspect
 import textwrap
 from dataclasses import dataclass
 
-# kinds of finding: a likely wrong derivative, and a limit (an error, not a wrong number)
-SUSPECT, LIMIT = "suspect", "limit"
+# kinds of finding: a likely wrong derivative, and a limit (an error, not a wrong number); what kept
+# the audit from checking a target (it exits, hangs, raises, has no inputs, is not finite on its
+# domain: the verdict is unchecked), and a note that changes no verdict
+SUSPECT, LIMIT, ERROR, NOTE = "suspect", "limit", "error", "note"
 # ctx attributes torch itself sets (a tensor there is torch's bookkeeping, not the user's)
 TORCH_CTX_ATTRIBUTES = frozenset({
     "to_save", "saved_for_forward", "non_differentiable", "dirty_tensors", "materialize_grads",

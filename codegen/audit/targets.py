@@ -3,7 +3,10 @@
 A target is ``package.module:Class``, ``path/to/file.py:Class``, a module (``package.module``) or a
 file (``path/to/file.py``); a module or file stands for every Function subclass defined in it.
 Auditing imports the target: nothing of it runs beyond what importing it runs (code the user
-already runs), until the dynamic checks call the Functions themselves.
+already runs), until the dynamic checks call the Functions themselves. A target that names nothing
+(no such file, module or class) is a TargetError, an argument error; one whose import raises or
+exits (``sys.exit``) an ImportFailure, reported in its row (``run`` imports in a worker process:
+see ``isolation``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..write import HEADER_PREFIX
-from .static import source_place
+from .static import shown_path, source_place
 
 
 class TargetError(Exception):
@@ -27,6 +30,15 @@ class TargetError(Exception):
 
 class NoFunctionError(TargetError):
     """A module or file that defines no Function: skipped among other targets."""
+
+
+class ImportFailure(TargetError):
+    """A target whose import raised or exited: the code's problem, reported in its row (the other
+    targets are still audited), not an argument error. ``label``: the report's short word for it."""
+
+    def __init__(self, message: str, label: str, file: str, line: int):
+        super().__init__(message)
+        self.label, self.file, self.line = label, file, line
 
 
 @dataclass(frozen=True)
@@ -67,17 +79,50 @@ def _load(where: str):
         sys.path.insert(0, str(path.resolve().parent))  # its own imports of its siblings
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - the user's code: report, do not crash
-            raise TargetError(f"{where}: importing it raised {type(exc).__name__}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report, do not crash
+            sys.modules.pop(name, None)
+            raise _import_failure(where, str(path.resolve()), exc) from None
         finally:
             sys.path.remove(str(path.resolve().parent))
         return module
     try:
         return importlib.import_module(where)
     except ImportError as exc:
-        raise TargetError(f"{where}: cannot import it ({exc}); give a module on sys.path or a .py file") from None
-    except Exception as exc:  # noqa: BLE001 - the user's code
-        raise TargetError(f"{where}: importing it raised {type(exc).__name__}: {exc}") from None
+        if isinstance(exc, ModuleNotFoundError) and exc.name and (where == exc.name
+                                                                  or where.startswith(exc.name + ".")):
+            raise TargetError(f"{where}: cannot import it ({exc}); give a module on sys.path or a .py "
+                              "file") from None
+        raise _import_failure(where, _module_file(where), exc) from None  # the module's own import fails
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code
+        raise _import_failure(where, _module_file(where), exc) from None
+
+
+def _import_failure(where: str, file: str, exc: BaseException) -> ImportFailure:
+    """What importing ``where`` did instead of defining it: exited (SystemExit) or raised, with the
+    line of ``file`` it happened at (0 where the traceback does not pass through it)."""
+    line = 0
+    frame = exc.__traceback__
+    while frame is not None:
+        if file and Path(frame.tb_frame.f_code.co_filename).resolve() == Path(file):
+            line = frame.tb_lineno
+        frame = frame.tb_next
+    shown = shown_path(file) if file else where
+    if isinstance(exc, SystemExit):
+        return ImportFailure(f"importing {where} exits (sys.exit({exc.code!r})): nothing of it can be audited; "
+                             "guard the module's script part with `if __name__ == \"__main__\":`",
+                             "exits at import", shown, line)
+    text = str(exc).strip().splitlines()
+    return ImportFailure(f"importing {where} raised {type(exc).__name__}: {text[0] if text else ''}".rstrip(),
+                         "raises at import", shown, line)
+
+
+def _module_file(where: str) -> str:
+    """The file of module ``where`` (its import failed: found again without running it), else ''."""
+    try:
+        spec = importlib.util.find_spec(where)
+    except (Exception, SystemExit):  # noqa: BLE001 - its package's import fails too
+        return ""
+    return str(Path(spec.origin).resolve()) if spec is not None and spec.origin else ""
 
 
 def _is_function(obj) -> bool:
