@@ -27,8 +27,8 @@ import os
 import statistics
 import sys
 import tempfile
-import types
 import time
+import types
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -156,9 +156,11 @@ def load_specs(specs_path: Path) -> list[Spec]:
     return pipeline.load_specs(pipeline.discover(specs_path))
 
 
-def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: bool = False) -> Subject:
+def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: bool = False,
+                 orders: Sequence[int] = (0, 1, 2, 3), dtype: torch.dtype = torch.float32) -> Subject:
     """Generate and import ``spec`` under each strategy (fused with ``fuse``, as ``build --fuse``
-    does); add the composed expression and the native op."""
+    does); add the composed expression and the native op, once it is checked to compute the same
+    function (``check_native``: its derivatives up to the largest of ``orders`` in ``dtype``)."""
     spec = dataclasses.replace(spec, fuse=spec.fuse or fuse)
     modules = {
         s: _generate_and_import(dataclasses.replace(spec, strategy=s), workdir / spec.name / s) for s in strategies
@@ -175,8 +177,102 @@ def make_subject(spec: Spec, strategies: Sequence[str], workdir: Path, fuse: boo
         candidates.append(Candidate(strategy, getattr(module, spec.name), note, same_as))
     if spec.native:
         # as the generated tests call it: a loss elementwise (reduction="none")
-        candidates.append(Candidate(NATIVE, tests.checks.elementwise(resolve_native(spec.native)), spec.native))
+        native = tests.checks.elementwise(resolve_native(spec.native))
+        # against the generated function; fused, against the composed expression its tests check it
+        # with (the generated one would compile for float64 first: 20 s for softplus)
+        reference = candidates[0].fn if spec.fuse else getattr(modules[strategies[0]], spec.name)
+        check_native(spec, native, reference, max(orders, default=0), dtype)
+        candidates.append(Candidate(NATIVE, native, spec.native))
     return Subject(spec, tuple(candidates))
+
+
+NATIVE_CHECK_SIZE = 64  # elements per input on which native is compared with the generated function
+NATIVE_RTOL, NATIVE_ATOL = 1e-6, 1e-8  # float64, as the generated tests' test_matches_native
+
+
+def check_native(spec: Spec, native: Callable, generated: Callable, order: int = 0,
+                 dtype: torch.dtype = torch.float32) -> None:
+    """Refuse (``SpecErrors``, on the ``native`` line) a native op that is not the spec's function
+    elementwise, before anything is timed: one that fails on the spec's inputs, returns another
+    number of outputs, another shape (torch.sum) or non-floating values, or other values than the
+    generated function (float64, on points of the domain); or other derivatives, up to ``order``
+    and the spec's order (none: torch.special.bessel_j0); or whose derivatives up to ``order``
+    fail in ``dtype``. Otherwise the timed workloads would stop with a traceback (exit 3), or time
+    another function."""
+    from .errors import SpecErrors
+
+    def refuse(what: str, advice: str = "") -> None:
+        advice = advice or f"bench times a native op only where it computes {spec.name} elementwise: fix native or remove it"
+        raise SpecErrors([spec.problem("native", f"native: {spec.native} {what}; {advice}")])
+
+    params = dict(spec.params)
+    native_at, generated_at = functools.partial(native, **params), functools.partial(generated, **params)
+    inputs = make_inputs(spec, NATIVE_CHECK_SIZE, torch.float64)
+    with torch.no_grad():
+        expected = _as_tuple(generated_at(*inputs.tensors))
+        try:
+            got = native_at(*inputs.tensors)
+        except Exception as exc:  # noqa: BLE001 - whatever the op raises is the message
+            refuse(f"fails on {spec.name}'s inputs ({_error_text(exc)})")
+    if isinstance(got, list):
+        got = tuple(got)
+    if not all(isinstance(g, torch.Tensor) for g in _as_tuple(got)):
+        refuse(f"returns a {type(got).__name__}, not a tensor")
+    got = _as_tuple(got)
+    if len(got) != len(expected):
+        counted = "one tensor" if len(expected) == 1 else f"{len(expected)} tensors"
+        refuse(f"returns {len(got)} tensors where {spec.name} returns {counted}")
+    for g, e in zip(got, expected):
+        if g.shape != e.shape:
+            refuse(f"returns shape {tuple(g.shape)} where {spec.name} returns {tuple(e.shape)}, for inputs of shape "
+                   f"{tuple(inputs.tensors[0].shape)}: it is not elementwise")
+        if not g.is_floating_point():
+            refuse(f"returns {str(g.dtype).removeprefix('torch.')} values where {spec.name} returns float64")
+    differs = _first_difference(spec, inputs, got, expected)
+    if differs:
+        refuse(f"computes other values than {spec.name}: {differs}")
+    for k in range(1, min(order, spec.order) + 1):
+        try:
+            got, expected = derivatives(native_at, inputs, k), derivatives(generated_at, inputs, k)
+        except Exception as exc:  # noqa: BLE001 - as above
+            refuse(f"fails at derivative order {k} ({_error_text(exc)})", f"time it with --orders below {k}, or remove native")
+        if not got and any(e is not None and bool(e.abs().max() > 0) for e in expected):
+            # (a derivative that is 0 everywhere, as huber_loss's third, may be no graph at all)
+            refuse(f"has no derivative in torch (its result does not require grad), where {spec.name} has",
+                   "time it with --orders 0, or remove native")
+        differs = _first_difference(spec, inputs, got, expected) if got else None
+        if differs:
+            refuse(f"computes other derivatives of order {k} than {spec.name}: {differs}")
+    small = make_inputs(spec, NATIVE_CHECK_SIZE, dtype)
+    for k in range(order + 1):
+        try:
+            derivatives(native_at, small, k)
+        except Exception as exc:  # noqa: BLE001 - as above
+            refuse(f"fails {f'at derivative order {k} ' if k else ''}in {str(dtype).removeprefix('torch.')} "
+                   f"({_error_text(exc)})", f"time it with {'--orders below ' + str(k) + ' or ' if k else ''}"
+                                            "another --dtype, or remove native")
+
+
+def _first_difference(spec: Spec, inputs: Inputs, got, expected) -> str | None:
+    """Where two tuples of tensors on ``inputs`` (values, or gradients contracted with the
+    cotangents; None: a gradient that is zero) first differ beyond float64's tolerance, in words."""
+    for g, e in zip(got, expected):
+        g = torch.zeros(()) if g is None else g.detach().to(torch.float64)
+        e = torch.zeros(()) if e is None else e.detach()
+        g, e = torch.broadcast_tensors(g, e)
+        close = torch.isclose(g, e, rtol=NATIVE_RTOL, atol=NATIVE_ATOL, equal_nan=True)
+        if not bool(close.all()):
+            index = int((~close).flatten().nonzero()[0])
+            row = index // max(1, g.numel() // len(inputs.tensors[0]))  # a stacked output has a row per point
+            at = ", ".join(f"{name} = {float(x[row].detach()):.6g}" for name, x in zip(spec.inputs, inputs.tensors))
+            return f"{float(g.flatten()[index]):.6g} where {spec.name} gives {float(e.flatten()[index]):.6g}, at {at}"
+    return None
+
+
+def _error_text(exc: Exception) -> str:
+    """An exception on one line: its type and the first line of its message."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 def _timed_composed(composed, module):
@@ -497,7 +593,8 @@ def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -
     torch.set_num_threads(config.threads)
     try:
         with tempfile.TemporaryDirectory(prefix="dbgen-bench-") as tmp:
-            subjects = [make_subject(spec, config.strategies, Path(tmp), config.fuse) for spec in specs]
+            subjects = [make_subject(spec, config.strategies, Path(tmp), config.fuse, config.orders, config.torch_dtype)
+                        for spec in specs]
             pass_seconds = memory_pass_seconds(config.size, config.torch_dtype, config.repeats)
             results = Results(config, specs_path, pass_seconds)
             echo(format_text_table([], header=True))

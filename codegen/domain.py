@@ -13,6 +13,12 @@ The grid is evaluated in pure Python (``math``, after CSE; no NumPy; special fun
 ops on single floats, which cost microseconds where mpmath's K0 costs a millisecond): a value with no
 real float (log(-1), 1/0, an overflow, a complex power) counts as not finite, as torch's NaN or inf
 would. It is a grid, not a proof: a singular point between grid points is not found.
+
+Piecewise forms (where, clamp, max, min, relu, comparisons as numbers) are evaluated as the
+generated code computes them: a branch only where it is taken (Python's conditional expression,
+and ``branches.Guard`` on the guarded formula the build checks), a derivative's branch that SymPy
+writes as complex infinity (1/0) as not finite, and the failing part named among the branches'
+values and the terms of their conditions, of a choice on params the branch their defaults take.
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ def _in_floats(exact):
 
 
 _NO_REAL_VALUE = (ArithmeticError, ValueError)  # 1/0, an overflow, log(-1), sqrt(-1)
-UNEVALUATED = (NameError, TypeError, AttributeError)  # what not_finite raises on a form math cannot evaluate
+# What not_finite raises on a form math cannot evaluate (NotImplementedError: one lambdify cannot print)
+UNEVALUATED = (NameError, TypeError, AttributeError, NotImplementedError)
 # mpmath's numbers have no float exponent range: where math overflows on the way to a finite value
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
@@ -80,6 +87,9 @@ _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": l
 def check(spec: Spec, expr: sympy.Expr, key: str = "expr") -> None:
     """Raise SpecErrors (one problem, on the ``domain`` line, else ``expr``) when the function or a
     derivative up to ``spec.order`` is not finite somewhere on the spec's domain grid."""
+    undefined = _undefined_condition(expr, spec)
+    if undefined:
+        raise SpecErrors([spec.problem(key, f"{key}: {undefined}")])
     inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
     formulas = formulas_at_defaults(expr, spec, inputs)
     points = grid([spec.bounds(name) for name in spec.inputs])
@@ -91,6 +101,40 @@ def check(spec: Spec, expr: sympy.Expr, key: str = "expr") -> None:
         return
     key = "domain" if "domain" in dict(spec.lines) else key  # key: the formula's line (outputs.NAME)
     raise SpecErrors([spec.problem(key, _message(spec, expr, inputs, formulas, points, failing))])
+
+
+def _undefined_condition(expr: sympy.Expr, spec: Spec) -> str | None:
+    """A comparison with a term of params alone (or numbers) that has no finite real float value at
+    the params' defaults (log1p(a) > 0 at a = -1, -y > acosh(a) at a = 0.5), in words; None if
+    there is none. SymPy cannot even compare such a value (TypeError), and the generated code,
+    which computes params' terms in Python's math, would raise ValueError on every call. Terms of
+    inputs are the grid's to check."""
+    relations = expr.atoms(sympy.core.relational.Relational)
+    for relation in sorted(relations, key=sympy.default_sort_key):
+        terms = {node for side in (relation.lhs, relation.rhs) for node in sympy.preorder_traversal(side)
+                 if isinstance(node, sympy.Expr) and not _input_dependent(node, spec)}
+        for term in sorted(terms, key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node))):
+            try:
+                value = at_defaults(term, spec)
+            except TypeError:  # a comparison inside the term, itself undefined: found on its own
+                continue
+            if not _finite_float(value):
+                used = {s.name for s in relation.free_symbols}
+                defaults = ", ".join(f"{name} = {value:g}" for name, value in spec.params if name in used)
+                where = f" at the params' defaults ({defaults})" if defaults else ""
+                return (f"the condition {formula(relation)} is undefined{where}: "
+                        f"{formula(term)} is not a finite real number there; write the condition so that it "
+                        "is defined, or change the default")
+    return None
+
+
+def _finite_float(value: sympy.Expr) -> bool:
+    """Whether a number (SymPy's, of params at their defaults) is a finite real float64."""
+    try:
+        number = complex(value)
+    except (TypeError, ValueError):  # not a number (a symbol left): not judged here
+        return True
+    return number.imag == 0 and math.isfinite(number.real)
 
 
 def at_defaults(expr: sympy.Expr, spec: Spec) -> sympy.Expr:
@@ -140,6 +184,7 @@ def _finite(value) -> bool:
 def not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
     """Per formula, per point: True where its value is not a finite real float (float64, with the
     exact value deciding where floats overflow on the way)."""
+    formulas = [_printable(f) for f in formulas]
     together = sympy.lambdify(inputs, formulas, modules=[_functions(), "math"], cse=True)
     alone = None
     bad = [[False] * len(points) for _ in formulas]
@@ -154,8 +199,15 @@ def not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
     return bad
 
 
+def _printable(formula: sympy.Expr) -> sympy.Expr:
+    """``formula`` with SymPy's complex infinity as NaN, which both printers know (a branch's
+    derivative of log(0), 1/0: log(max(x, 0)) at x < 0)."""
+    return formula.xreplace({sympy.zoo: sympy.nan}) if formula.has(sympy.zoo) else formula
+
+
 def _evaluators(inputs, formula: sympy.Expr):
     """The formula in floats (math), and exactly (mpmath), for where floats overflow on the way."""
+    formula = _printable(formula)
     return (sympy.lambdify(inputs, formula, modules=[_functions(), "math"]),
             sympy.lambdify(inputs, formula, modules=[_EXACT_FUNCTIONS, "mpmath"]))
 
@@ -205,18 +257,49 @@ _ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
     """The smallest part of ``expr`` (named with its params) not finite at some of ``where``, or
     whose derivatives up to ``order`` are not there."""
-    parts = sorted({node for node in sympy.preorder_traversal(expr) if node.free_symbols & set(inputs)},
+    parts = sorted({node for node in _parts(expr, spec) if node.free_symbols & set(inputs)},
                    key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
     for part in parts:
-        value = at_defaults(part, spec)
-        if any(not_finite([value], inputs, where)[0]):
+        try:
+            failing = _part_failing(at_defaults(part, spec), inputs, order, where)
+        except UNEVALUATED:  # a part math cannot evaluate on its own (a complex power compared)
+            continue
+        if failing == 0:
             return formula(part)
-        derivatives = with_partials(value, inputs, order)[1:]
-        for k in range(1, order + 1):
-            partials = [d for degree, d in derivatives if degree == k]
-            if partials and any(any(row) for row in not_finite(partials, inputs, where)):
-                return f"the {_ORDINALS.get(k, f'{k}th')} derivative of {formula(part)}"
+        if failing is not None:
+            return f"the {_ORDINALS.get(failing, f'{failing}th')} derivative of {formula(part)}"
     return formula(expr)
+
+
+def _part_failing(value, inputs, order: int, where) -> int | None:
+    """The lowest order (0: the value) of ``value`` not finite at some of ``where``; None if none."""
+    if any(not_finite([value], inputs, where)[0]):
+        return 0
+    derivatives = with_partials(value, inputs, order)[1:]
+    for k in range(1, order + 1):
+        partials = [d for degree, d in derivatives if degree == k]
+        if partials and any(any(row) for row in not_finite(partials, inputs, where)):
+            return k
+    return None
+
+
+def _parts(expr, spec: Spec):
+    """The numbers among the nodes of ``expr`` that the function evaluates: a branch's value and the
+    terms of its condition (abs(x) of abs(x) < d), not the pairs and conditions of a ``Piecewise``,
+    which have no float value; of a choice on params alone, the branch taken at their defaults."""
+    if isinstance(expr, sympy.Expr):
+        yield expr
+    if isinstance(expr, sympy.Piecewise) and not any(_input_dependent(arg.cond, spec) for arg in expr.args):
+        chosen = [arg.expr for arg in expr.args if at_defaults(arg.cond, spec) == sympy.true]
+        if chosen:
+            yield from _parts(chosen[0], spec)
+            return
+    for arg in expr.args:
+        yield from _parts(arg, spec)
+
+
+def _input_dependent(condition, spec: Spec) -> bool:
+    return any(s.name in spec.inputs for s in getattr(condition, "free_symbols", ()))
 
 
 def _where(spec: Spec, where, points) -> str:
@@ -259,7 +342,11 @@ def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
     for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
         proposal = {**bounds, name: narrowed}
         box = grid([proposal[n] for n in spec.inputs])
-        if not any(_failing(formulas, inputs, box)):
+        try:
+            fails = any(_failing(formulas, inputs, box))
+        except UNEVALUATED:  # a point of the narrowed grid math cannot evaluate: not proposed
+            continue
+        if not fails:
             inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
             return "{" + inner + "}"
     return None
@@ -283,7 +370,10 @@ def _longest_run(ok: list[bool]) -> tuple[int, int] | None:
 
 def _rounded_inward(lo: float, hi: float, width: float) -> tuple[float, float]:
     """[lo, hi] shrunk to multiples of a twentieth of the domain's width, rounded to its power of
-    ten ([0.0078, 2] in [-2, 2] -> [0.1, 2]); finer steps where that leaves nothing."""
+    ten ([0.0078, 2] in [-2, 2] -> [0.1, 2]); finer steps where that leaves nothing. A run of one
+    grid value (lo == hi) is no domain: returned as it is (the steps would shrink to 0 first)."""
+    if hi <= lo:
+        return lo, hi
     step = 10.0 ** math.floor(math.log10(width)) / 10
     while step > (hi - lo) * 1e-6:
         rounded = round(math.ceil(lo / step - 1e-9) * step, 12), round(math.floor(hi / step + 1e-9) * step, 12)

@@ -280,6 +280,85 @@ def test_a_native_name_that_leads_out_of_torch_is_refused():
     assert bench.resolve_native("torch.nn.functional.softplus") is F.softplus
 
 
+# ------------------------------------------------------------------ native: checked before anything is timed
+# Issue 28, item 4: a native that is not the spec's function elementwise made bench exit 3
+# (torch.sum: a cotangent of the wrong shape) or time another function (torch.cos for sin(x)).
+
+
+def native_spec(native: str, expr: str = "sin(x)", **fields) -> Spec:
+    return Spec(path="s.yaml", name="s", expr=expr, inputs=("x",), order=2, native=native,
+                lines=(("native", 5),), **fields)
+
+
+def native_problem(native: str, reference=torch.sin, order: int = 2, dtype=torch.float32, **fields) -> str:
+    """The problem check_native raises for ``native`` against ``reference`` (the generated function's place)."""
+    from codegen.errors import SpecErrors
+
+    spec = native_spec(native, **fields)
+    with pytest.raises(SpecErrors) as raised:
+        bench.check_native(spec, bench.resolve_native(native), lambda *xs, **params: reference(*xs), order, dtype)
+    (problem,) = raised.value.problems
+    return str(problem)
+
+
+def test_a_native_that_is_not_elementwise_is_refused():
+    assert native_problem("torch.sum") == (
+        "s.yaml:5: native: torch.sum returns shape () where s returns (64,), for inputs of shape (64,): it is not "
+        "elementwise; bench times a native op only where it computes s elementwise: fix native or remove it")
+
+
+def test_a_native_that_computes_another_function_is_refused_with_a_point():
+    problem = native_problem("torch.cos")
+    assert problem.startswith("s.yaml:5: native: torch.cos computes other values than s: ") and " at x = " in problem
+
+
+def test_a_native_that_fails_returns_a_tuple_or_no_floats_is_refused():
+    assert "torch.softmax fails on s's inputs (TypeError: " in native_problem("torch.softmax")
+    assert "torch.sort returns 2 tensors where s returns one tensor" in native_problem("torch.sort")
+    assert "torch.signbit returns bool values where s returns float64" in native_problem("torch.signbit")
+
+
+def test_a_native_with_other_derivatives_or_none_is_refused_where_they_are_timed():
+    """torch.special.bessel_j0 has no derivative in torch: refused where bench times derivatives,
+    not at W1 alone. Same values with another derivative (here the reference's: sin(x) in value,
+    x in autograd's eyes) are refused too."""
+    # with a nonzero derivative, as the generated one (one that is 0 everywhere may be no graph at all)
+    differentiable = lambda x: torch.special.bessel_j0(x) + x - x.detach()
+    problem = native_problem("torch.special.bessel_j0", reference=differentiable, order=1)
+    assert "torch.special.bessel_j0 has no derivative in torch" in problem and "--orders 0" in problem, problem
+    bench.check_native(native_spec("torch.special.bessel_j0"), torch.special.bessel_j0, torch.special.bessel_j0, 0)
+    problem = native_problem("torch.sin", reference=lambda x: x + (torch.sin(x) - x).detach(), order=1)
+    assert "torch.sin computes other derivatives of order 1 than s: " in problem, problem
+    bench.check_native(native_spec("torch.square", expr="x**2"), torch.square, lambda x: x**2, order=3)
+
+
+def test_a_native_failing_in_the_timed_dtype_is_refused():
+    problem = native_problem("torch.special.bessel_j0", reference=torch.special.bessel_j0, order=0,
+                             dtype=torch.float16)
+    assert "fails in float16 (NotImplementedError: " in problem and "another --dtype" in problem, problem
+
+
+def test_the_bundled_natives_pass_the_check(tmp_path):
+    """Params as keywords (softplus's beta), a loss elementwise (huber_loss, reduction="none"), two inputs."""
+    from codegen import pipeline
+
+    for name in ("softplus", "huber", "exp"):
+        spec = pipeline.load_spec(REPO / "specs" / f"{name}.yaml", f"specs/{name}.yaml")
+        subject = bench.make_subject(spec, ("save_inputs",), tmp_path, orders=(0, 1, 2, 3))
+        assert [c.label for c in subject.candidates][-1] == "native"
+
+
+def test_bench_refuses_a_wrong_native_before_timing(tmp_path, monkeypatch):
+    """Exit 2 with the spec's native line, and nothing timed (it exited 3 inside the timing)."""
+    monkeypatch.setattr(bench, "median_times", lambda *args: pytest.fail("timed a wrong native"))
+    (tmp_path / "f.yaml").write_text("name: f\nexpr: exp(x)\ninputs: [x]\norder: 1\nnative: torch.sum\n")
+    result = CliRunner().invoke(app, ["bench", str(tmp_path), "--size", "64", "--repeats", "1",
+                                      "--strategies", "save_inputs"])
+    assert result.exit_code == 2, result.output
+    assert "f.yaml:5: native: torch.sum returns shape () where f returns (64,)" in result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+
+
 def test_profiled_kernel_count_equals_the_dispatch_count_on_eager_code(tmp_path):
     spec = one_input_spec()
     subject = bench.make_subject(spec, ("save_inputs", "nested"), tmp_path)
