@@ -76,13 +76,17 @@ def build(
     specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
     output: Optional[Path] = CONFIGURED_OUT_OPT,
     tests_out: Optional[Path] = TESTS_OUT_OPT,
-    prune: bool = typer.Option(False, "--prune", help="Delete generated files whose spec is gone."),
+    prune: bool = typer.Option(
+        False, "--prune",
+        help="Delete the files this output's builds wrote that it no longer writes (not those edited since).",
+    ),
     no_rewrite: bool = typer.Option(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
     jobs: Optional[int] = typer.Option(
         None, "--jobs", "-j", min=1, metavar="N",
-        help="Generate specs in this many processes. Default: jobs in pyproject.toml (tool.dbgen), else 1.",
+        help="Generate specs in this many processes (at most one per usable core and ~300 MB of available "
+             "memory). Default: jobs in pyproject.toml (tool.dbgen), else 1.",
     ),
     fuse: Optional[bool] = typer.Option(
         None, "--fuse/--no-fuse",
@@ -109,7 +113,7 @@ def build(
 
     say = console.Console(console.level_from_flags(quiet, verbose))
     settings = _settings(specs, output, jobs, fuse, tests_out)
-    specs, output, jobs, fuse = settings.specs, settings.output, settings.jobs, settings.fuse
+    specs, output, jobs, fuse = settings.specs, settings.output, _usable_jobs(settings.jobs, say), settings.fuse
     layout = pipeline.tests_layout(output, settings.tests)
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
@@ -120,7 +124,7 @@ def build(
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
                                                limits=bounds, tests=layout, strict=strict))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
-        done = _io(output, lambda: write.commit(output, files, prune=prune))  # all or nothing
+        done = _io(output, lambda: write.commit(output, files, prune=prune, tests=layout.folder))  # all or nothing
     written, removed, orphans = done.written, done.removed, done.orphans
     shown = functools.partial(write.shown, output.as_posix())
     for rel in written:
@@ -135,11 +139,16 @@ def build(
     if orphans and not prune:
         named = _paths_text(specs)
         for rel in orphans:
-            say.note(f"{shown(rel)}: orphaned (no spec under {named} generates it)")
+            edited = " (edited by hand: --prune keeps it)" if rel in done.edited_orphans else ""
+            say.note(f"{shown(rel)}: orphaned (no spec under {named} generates it){edited}")
         say.note(
             f"dbgen: {len(orphans)} orphaned file(s) kept; if {named} holds all your specs, rerun with "
             "--prune to delete them, else build the folder that holds them all"
         )
+    elif done.edited_orphans:
+        for rel in done.edited_orphans:
+            say.note(f"{shown(rel)}: orphaned but edited by hand since dbgen wrote it; kept (delete it yourself "
+                     "when you no longer need it)")
 
 
 @command()
@@ -176,18 +185,57 @@ def check(
     if not report:
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
+    edited_orphans = write.find_orphans(output, files, write.read_manifest(output)).edited
     for rel, state in report:
-        edited = state == "stale" and write.edited_by_hand(output / rel)
-        say.error(f"{write.shown(output.as_posix(), rel)}: {state}" + (" (edited by hand)" if edited else ""))
+        if state == "orphaned" and rel in edited_orphans:
+            state += " (edited by hand: --prune keeps it; delete it yourself)"
+        elif state == "stale" and write.edited_by_hand(output / rel):
+            state += " (edited by hand)"
+        say.error(f"{write.shown(output.as_posix(), rel)}: {state}")
     command = f"dbgen build {_paths_text(specs)} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
     command += f" --tests-out {settings.tests.as_posix()}" if settings.tests is not None else ""
     command += " --fuse" if fuse else ""
     if any(state == "stale" and _kept_by_build(output / rel, files[rel]) for rel, state in report):
         command += " --force"  # only a file as dbgen wrote it that is not what it writes now
-    if any(state == "orphaned" for _, state in report):
+    if any(state == "orphaned" and rel not in edited_orphans for rel, state in report):
         command += " --prune"
-    say.error(f"dbgen: {len(report)} file(s) differ; run: {command}")
+    if all(rel in edited_orphans for rel, _ in report):  # no build changes them: the user decides
+        say.error(f"dbgen: {len(report)} file(s) differ: orphans edited by hand; delete or move them")
+    else:
+        say.error(f"dbgen: {len(report)} file(s) differ; run: {command}")
     raise typer.Exit(1)
+
+
+JOB_MEMORY = 300 * 2**20  # bytes one build process holds, about (torch, SymPy, a spec's plan)
+
+
+def _usable_jobs(requested: int, say: console.Console) -> int:
+    """``requested`` build processes, lowered to what the machine can run at once: one per core
+    this process may use and per ``JOB_MEMORY`` of available memory (more only swap or wait);
+    a lowered number is said once on stderr."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    memory = _available_memory()
+    usable = max(1, min(cores, memory // JOB_MEMORY if memory is not None else cores))
+    if requested <= usable:
+        return requested
+    why = f"{cores} usable core(s)" + (f", {memory / 2**30:.1f} GiB memory available" if memory is not None else "")
+    say.note(f"dbgen: --jobs {requested} lowered to {usable} ({why}; each build process needs about "
+             f"{JOB_MEMORY // 2**20} MB)")
+    return usable
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available for new processes (``MemAvailable`` of /proc/meminfo); None where
+    the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                name, _, value = line.partition(":")
+                if name == "MemAvailable":
+                    return int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _kept_by_build(path: Path, fresh: str) -> bool:
@@ -327,12 +375,18 @@ def audit(
     write_spec: Optional[Path] = typer.Option(
         None, "--write-spec", metavar="DIR", help="Write the replacing spec of each Function --expr matches into DIR."
     ),
+    timeout: float = typer.Option(
+        60.0, "--timeout", min=0, metavar="SECONDS",
+        help="The most one target's import, or one Function's audit, may take (0: no limit); past it, reported as timed out.",
+    ),
 ) -> None:
     """Audit hand-written torch.autograd.Functions: silently wrong higher derivatives, torch.func limits.
 
-    Imports each target (code you already run: nothing of it runs beyond its import until the
-    checks call its Functions). Exit 1 when a Function is silently wrong at some order up to
-    --order, else 0. Example: dbgen audit mypkg/ops.py --domain x=0.1,5 --order 3
+    Imports each target in a worker process (code you already run: nothing of it runs beyond its
+    import until the checks call its Functions); one that exits, hangs past --timeout or crashes
+    is reported as not checked, and the others still are. Exit 1 when a Function is silently wrong
+    at some order up to --order, else 2 when a target could not be checked (not finite on its
+    domain: give --domain), else 0. Example: dbgen audit mypkg/ops.py --domain x=0.1,5 --order 3
     """
     from .write import import_torch
 
@@ -343,7 +397,7 @@ def audit(
     try:
         if dtype not in ("float64", "float32"):
             raise ValueError(f"--dtype {dtype!r} must be float64 or float32")
-        options = auditing.Options(_domains(domain), _shape(shape), order, expr, dtype)
+        options = auditing.Options(_domains(domain), _shape(shape), order, expr, dtype, timeout or None)
         audits = auditing.run(targets, options, skipped=lambda text: typer.echo(f"dbgen: skipped {text}", err=True))
     except (auditing.TargetError, ValueError) as exc:
         console.Console().error(f"dbgen: {exc}")
@@ -355,7 +409,8 @@ def audit(
             typer.echo(f"dbgen: wrote {path.as_posix()}", err=True)
     else:
         _print_audit(audits, options, written)
-    raise typer.Exit(1 if any(a.verdict == auditing.WRONG for a in audits) else 0)
+    verdicts = {a.verdict for a in audits}
+    raise typer.Exit(1 if auditing.WRONG in verdicts else 2 if auditing.UNCHECKED in verdicts else 0)
 
 
 def _domains(texts: list[str]) -> dict[str, tuple[float, float]]:
@@ -395,7 +450,7 @@ def _print_audit(audits, options, written) -> None:
     from . import audit as auditing
     from .audit import report
 
-    out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160, emoji=False)
     out.print(report.table(audits, options.order, options.expr is not None))
     for audit in audits:
         for line in report.details(audit):
@@ -405,7 +460,9 @@ def _print_audit(audits, options, written) -> None:
     for path in written:
         out.print(f"dbgen: wrote {escape(path.as_posix())}")
     wrong = sum(a.verdict == auditing.WRONG for a in audits)
-    out.print(f"dbgen: {len(audits)} Function(s) audited, {wrong} silently wrong")
+    unchecked = sum(a.verdict == auditing.UNCHECKED for a in audits)
+    out.print(f"dbgen: {len(audits)} Function(s) audited, {wrong} silently wrong"
+              + (f", {unchecked} not checked" if unchecked else ""))
 
 
 @command()

@@ -132,7 +132,8 @@ def test_several_specs_paths_and_the_tests_folder_from_the_table(project, monkey
     result = invoke("build")
     assert result.exit_code == 0, result.stderr
     assert "dbgen: 3 spec(s) -> ../gen/" in result.stdout
-    assert {p.name for p in (project / "gen").iterdir()} == {"__init__.py", "square.py", "exp.py", "cube.py"}
+    assert {p.name for p in (project / "gen").iterdir()} == {"__init__.py", "square.py", "exp.py", "cube.py",
+                                                             ".dbgen-manifest.json"}
     assert {p.name for p in (project / "tests" / "gen").iterdir()} == {
         "conftest.py", "_dbgen_checks.py", "test_dbgen_square.py", "test_dbgen_exp.py", "test_dbgen_cube.py"}
     assert invoke("check").exit_code == 0

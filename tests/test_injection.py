@@ -47,12 +47,15 @@ def generate(folder: Path, text: str | bytes, file_name: str = "inj.yaml") -> di
 
 def code_shape(source: str, numbers: bool = True) -> str:
     """The code's syntax tree with every docstring blanked (and, unless ``numbers``, every number,
-    signed or not, made 0): what remains is what runs."""
+    signed or not, made 0, and the table of exact values, whose rows depend on the params' values,
+    emptied): what remains is what runs."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and _is_docstring(body[0]):
             body[0].value.value = ""
+        if not numbers and isinstance(node, ast.keyword) and node.arg == "exact":
+            node.value = ast.Tuple(elts=[], ctx=ast.Load())
     return ast.dump(tree if numbers else _ZeroNumbers().visit(tree))
 
 
@@ -212,12 +215,13 @@ def test_cli_refuses_a_spec_file_name_that_is_not_utf8_and_writes_nothing(tmp_pa
 # YAML number text -> the float it must be, bit for bit (the sign of -0.0 included)
 NUMBERS_KEPT = {
     "1e300": 1e300, "-1e300": -1e300, "-0.0": -0.0, "1e-320": 1e-320, "5e-324": 5e-324,
-    "123456789012345678901234567890": 1.2345678901234568e29, "0x1F": 31.0, "1_000": 1000.0,
-    "1:30": 90.0, "+.5": 0.5, "-.5e-3": -0.0005, "1.": 1.0, "2E+2": 200.0, "0.1": 0.1,
+    "123456789012345678901234567890": 1.2345678901234568e29, "0x1F": 31.0, "010": 10.0,
+    "0o17": 15.0, "+.5": 0.5, "-.5e-3": -0.0005, "1.": 1.0, "2E+2": 200.0, "0.1": 0.1,
 }
 NUMBERS_REFUSED = {"1e301": "no larger than 1e300", "1e400": "must be a finite", ".inf": "must be a finite",
                    "-.inf": "must be a finite", ".nan": "must be a finite", "'1'": "remove the quotes",
-                   "0x": "must be a number", "1e": "must be a number", "1e300000": "must be a finite"}
+                   "0x": "must be a number", "1e": "must be a number", "1e300000": "must be a finite",
+                   "1_000": "only in YAML 1.1", "1:30": "only in YAML 1.1"}
 
 
 def _same_float(a: float, b: float) -> bool:
@@ -250,7 +254,7 @@ def test_param_numbers_out_of_range_are_refused(tmp_path, raw):
 
 
 DOMAINS_KEPT = {"[-0.0, 1e-320]": (-0.0, 1e-320), "[-1e300, 1e300]": (-1e300, 1e300), "[5e-324, 1e-300]": (5e-324, 1e-300),
-                "[0x10, 0x20]": (16.0, 32.0), "[-1_000, 1:30]": (-1000.0, 90.0)}
+                "[0x10, 0x20]": (16.0, 32.0), "[-010, 1e3]": (-10.0, 1000.0)}
 
 
 @pytest.mark.parametrize("raw", sorted(DOMAINS_KEPT))
@@ -444,3 +448,61 @@ def test_a_param_named_like_a_ctx_attribute_does_not_replace_it(tmp_path, strate
         return sum(0.1 * (i + 1) * torch.sin((i + 1) * x) for i in range(len(names)))
 
     assert_chains_close(derivative_chain(module.ctxnames, [x], 3, seed=2), derivative_chain(ref, [x], 3, seed=2))
+
+
+# Folder names: the output's path is written into the generated tests' _PATH line as data --------
+
+# Output folder names that would break or inject into the _PATH line if written unescaped (with the
+# tests set apart by --tests-out, the tests find the module by the output's path)
+FOLDER_NAMES = {
+    "code": 'o"+__import__("os").system("touch PWNED")+"ut',
+    "triple_quotes": 'x""" + __import__("os").system("touch PWNED") + """',
+    "backslash": "back\\slash",
+    "trailing_backslash": "ends\\",
+    "newline": "a\nimport os",
+    "not_utf8": os.fsdecode(b"a\xffb"),
+    "single_quote": "it's",
+    "line_separator": "a\u2028b",
+    "jinja": "{{ x }}",
+    "emoji": "😀",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FOLDER_NAMES))
+def test_output_folder_names_are_written_into_the_tests_as_data(tmp_path, kind):
+    """The _PATH expression holds nothing but the path's parts as string constants, and leads to
+    the output, whatever characters its folder's name holds."""
+    out = tmp_path / FOLDER_NAMES[kind] / "out"
+    tests = tmp_path / "tests" / "gen"
+    code = f"_PATH = {pipeline.tests_layout(out, tests).module_path('inj')}\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # '\s' reads as a backslash, for now, with a warning: not as written
+        assert write.tested_folder(tests / "test_dbgen_inj.py", code) == Path(os.path.realpath(out)), code
+
+
+@pytest.mark.slow
+def test_a_hostile_output_folder_name_runs_nothing_and_breaks_no_test_file(tmp_path):
+    """Built as users build: the generated tests collect and lead to the module, the code in the
+    folder's name never runs (not when pytest collects, not when dbgen checks), and a check of
+    a file that would run it cannot call it up to date."""
+    marker = tmp_path / "PWNED"
+    out = f'o"+__import__("pathlib").Path({str(marker)!r}).touch()+"ut'
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "inj.yaml").write_text(PLAIN)
+    env = {k: v for k, v in os.environ.items() if k != "DBGEN_DEBUG"}
+    env["PYTHONPATH"] = str(REPO)
+    for command in (["build"], ["check"]):
+        result = subprocess.run([sys.executable, "-m", "codegen", *command, "specs", "-o", out, "--tests-out", "tests/gen"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    test_file = tmp_path / "tests" / "gen" / "test_dbgen_inj.py"
+    source = test_file.read_text(encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compile(source, str(test_file), "exec")
+        assert write.tested_folder(test_file, source) == Path(os.path.realpath(tmp_path / out))
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                str(test_file)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                               check=False)
+    assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
+    assert not marker.exists(), "code in the output folder's name ran"
