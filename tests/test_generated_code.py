@@ -192,8 +192,8 @@ def test_tutorial_patterns_are_what_the_examples_generate():
     src = {p.stem: p.read_text() for p in MODULES}
     assert "ctx.save_for_backward(x)" in src["square"]
     assert "ctx.save_for_backward(out)" in src["exp"]
-    assert "return out, exp_x, exp_neg_x" in src["sinh"]
-    assert "def backward(ctx, grad_out, grad_exp_x, grad_exp_neg_x):" in src["sinh"]
+    assert "return out, expm1_x, expm1_neg_x" in src["sinh"]
+    assert "def backward(ctx, grad_out, grad_expm1_x, grad_expm1_neg_x):" in src["sinh"]
     assert "CubeLevel1ForCompile if torch.compiler.is_compiling() else CubeLevel1\n" in src["cube"]
     assert "return level.apply(grad_out, x)" in src["cube"]
     assert "class CubeLevel2(CubeLevel2ForCompile):" in src["cube"]
