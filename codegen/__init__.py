@@ -13,4 +13,4 @@ The pipeline, one module per stage, data flowing one way:
     cli.py       the ``dbgen`` command, a thin shell over ``pipeline.py``
 """
 
-__version__ = "0.11.0"
+__version__ = "0.12.0"
