@@ -24,11 +24,12 @@ Sampling follows Herbie: per input, points uniform over the float bit patterns o
 the thresholds where a branch changes (``where``, comparisons), each with its neighbours.
 
 Cost. Near 0 the truth needs more digits (``_extra_digits``: 8 per decade below 1e-3, 2,400 at
-1e-300), which elementary functions afford and mpmath's Bessel, gamma-family and zeta functions do
-not (bessel_y1 at 1e-30 takes 2.5 s at 100 digits, 3 minutes at 1,200; a build stalled on it).
-A formula holding one of those (``_SLOW_EXACT``) is judged only at points whose inputs and params
-are 0 or at least ``SLOW_SMALLEST`` in magnitude (at most 48 extra digits): the rule is by value, not by
-time, so the same spec measures the same on any machine.
+1e-300), which elementary functions afford and mpmath's Bessel, gamma-family and zeta functions
+(SciPy's externals through mpmath too) do not: bessel_y1 at 1e-30 takes 2.5 s at 100 digits, 3
+minutes at 1,200, and a build stalled on it. A formula holding one of those (``_slow``) is judged
+only at points whose inputs and params are 0 or at least ``SLOW_SMALLEST`` in magnitude (at most
+48 extra digits): the rule is by value, not by time, so the same spec measures the same on any
+machine.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from collections.abc import Callable, Sequence
 import mpmath
 import sympy
 
-from . import special, symbolic
+from . import external, special, symbolic
 
 BOUND_BITS = {"float64": 4.0, "float32": 4.0}  # excess bits allowed where the truth is a normal float
 DIGITS = (30, 60)  # the truth at both; a point where they disagree beyond TRUST is left out
@@ -62,7 +63,7 @@ _SLOW_EXACT = (sympy.polygamma, sympy.loggamma, sympy.gamma, sympy.zeta,
 
 def _slow(formula: sympy.Expr) -> bool:
     """Whether mpmath's value of ``formula`` may take seconds at many digits (module docstring)."""
-    return formula.has(*_SLOW_EXACT) or any(
+    return formula.has(*_SLOW_EXACT, external.ExternalFunctionBase) or any(
         f.slow_exact for f in formula.atoms(special.SpecialFunctionBase))
 
 
