@@ -26,6 +26,7 @@ import types
 
 import torch
 
+from .printer import INT64_LIMIT
 from .special import SpecialFunctionBase
 
 SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
@@ -120,7 +121,7 @@ def composed_function(plan):
 
 def _torch_scalar(value):
     """``value``, an int beyond int64 as a float: torch refuses it as a scalar (``x * 2**64``)."""
-    if isinstance(value, int) and not -2**63 <= value < 2**63:
+    if isinstance(value, int) and not -INT64_LIMIT <= value < INT64_LIMIT:
         return float(value)
     return value
 

@@ -18,9 +18,7 @@ from .external import ExternalFunctionBase, UserExternBase
 from .series import Horner
 from .symbolic import SumTerm
 
-
-
-_INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
+INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 
 
 class TorchPrinter(PythonCodePrinter):
@@ -191,7 +189,7 @@ class TorchPrinter(PythonCodePrinter):
         The parser refuses constants beyond 1e300; only a derivative's coefficient can exceed
         float64, and stays the exact int it was."""
         value = int(expr)
-        if -_INT64_LIMIT <= value < _INT64_LIMIT:
+        if -INT64_LIMIT <= value < INT64_LIMIT:
             return str(value)
         try:
             return repr(float(value))
