@@ -182,16 +182,61 @@ class Truth:
     """A partial's exact value at one point (None: no real value there, or the two precisions
     disagree) and, computed when first asked for, its condition number there."""
 
-    def __init__(self, value, function=None, values=()):
+    def __init__(self, value, point=None, formula: int = 0):
         self.value = value
-        self._function, self._values = function, values
+        self._point, self._formula = point, formula
         self._kappa = None if value else math.inf  # 0 or None: no relative error to speak of
 
     @property
     def kappa(self) -> float:
         if self._kappa is None:
-            self._kappa = _condition(self._function, self._values, self.value)
+            self._kappa = self._point.condition(self._formula, self.value)
         return self._kappa
+
+
+class _Point:
+    """Every formula at one point, evaluated together: the formulas of a spec's partials share most
+    of their subexpressions (a Bessel function of the same argument in each), so one function of
+    them all, its common subexpressions computed once, costs about as much as one formula. The
+    values at each shifted point of the condition number are kept for every formula's kappa."""
+
+    def __init__(self, joint, singles, values):
+        self._joint, self._singles, self.values = joint, singles, values
+        self._shifted: dict[int, list] = {}
+
+    def agreed(self) -> list:
+        """Each formula's value where both precisions agree (else None)."""
+        extra = _extra_digits(self.values)
+        low, high = (self._all(self.values, d + extra) for d in DIGITS)
+        return [None if a is None or b is None or abs(a - b) > TRUST * abs(b) else b for a, b in zip(low, high)]
+
+    def condition(self, formula: int, value) -> float:
+        """sum_v |v * dg/dv / g| over the variables, by a relative step of STEP at the higher precision."""
+        kappa = mpmath.mpf(0)
+        digits = DIGITS[1] + _extra_digits(self.values)
+        with mpmath.workdps(digits):
+            for i, v in enumerate(self.values):
+                if v == 0:
+                    continue
+                if i not in self._shifted:
+                    moved = list(self.values)
+                    moved[i] = mpmath.mpf(v) * (1 + STEP)
+                    self._shifted[i] = self._all(moved, digits)
+                shifted = self._shifted[i][formula]
+                if shifted is None:
+                    return math.inf
+                kappa += abs((shifted - value) / (value * STEP))
+        return float(kappa)
+
+    def _all(self, values, digits) -> list:
+        """Every formula's value at ``digits``; one at a time where the joint function raises (one
+        formula undefined at the point leaves the others defined)."""
+        with mpmath.workdps(digits):
+            try:
+                results = self._joint(*(mpmath.mpf(v) for v in values))
+            except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
+                return [_evaluated(single, values, digits) for single in self._singles]
+            return [_real(result, digits) for result in results]
 
 
 def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symbol],
@@ -200,16 +245,23 @@ def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symb
 
     ``variables`` are the inputs then the params, whose values are ``params`` at every point;
     the condition number runs over all of them."""
-    table = []
-    for formula in partial_formulas:
-        function = sympy.lambdify(variables, formula, modules=[_exact_functions(), "mpmath"])
-        slow = _slow(formula)
-        row = []
-        for point in points:
-            values = (*point, *params)
-            judged = not slow or all(v == 0 or abs(v) >= SLOW_SMALLEST for v in values)
-            row.append(Truth(_agreed(function, values), function, values) if judged else Truth(None))
-        table.append(row)
+    modules = [_exact_functions(), "mpmath"]
+    formulas = list(partial_formulas)
+    singles = [sympy.lambdify(variables, formula, modules=modules) for formula in formulas]
+    every = list(range(len(formulas)))
+    fast = [i for i in every if not _slow(formulas[i])]  # the formulas judged at every point
+    joints = {}
+    table: list[list[Truth]] = [[] for _ in formulas]
+    for point in points:
+        values = (*point, *params)
+        kept = every if all(v == 0 or abs(v) >= SLOW_SMALLEST for v in values) else fast
+        key = tuple(kept)
+        if key not in joints:
+            joints[key] = sympy.lambdify(variables, [formulas[i] for i in kept], modules=modules, cse=True)
+        at = _Point(joints[key], [singles[i] for i in kept], values)
+        truths = dict(zip(kept, at.agreed()))
+        for i, row in enumerate(table):
+            row.append(Truth(truths[i], at, kept.index(i)) if i in truths else Truth(None))
     return table
 
 
@@ -219,15 +271,20 @@ def _evaluated(function, values, digits):
             result = function(*(mpmath.mpf(v) for v in values))
         except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
             return None
-        if isinstance(result, mpmath.mpc):
-            if abs(result.imag) > abs(result.real) * mpmath.mpf(10) ** (-digits // 2):
-                return None
-            result = result.real
-        try:
-            result = mpmath.mpf(result)
-        except (TypeError, ValueError):
+        return _real(result, digits)
+
+
+def _real(result, digits):
+    """An mpmath result as a finite real mpf, or None (complex beyond rounding, not a number, inf)."""
+    if isinstance(result, mpmath.mpc):
+        if abs(result.imag) > abs(result.real) * mpmath.mpf(10) ** (-digits // 2):
             return None
-        return result if mpmath.isfinite(result) else None
+        result = result.real
+    try:
+        result = mpmath.mpf(result)
+    except (TypeError, ValueError):
+        return None
+    return result if mpmath.isfinite(result) else None
 
 
 def _extra_digits(values) -> int:
@@ -235,31 +292,6 @@ def _extra_digits(values) -> int:
     and both precisions would agree on a wrong value of (1 - cos(x))/x**2."""
     smallest = min((abs(v) for v in values if v != 0), default=1.0)
     return 0 if smallest >= 1e-3 else int(8 * -math.log10(smallest))
-
-
-def _agreed(function, values):
-    extra = _extra_digits(values)
-    low, high = (_evaluated(function, values, d + extra) for d in DIGITS)
-    if low is None or high is None or abs(low - high) > TRUST * abs(high):
-        return None
-    return high
-
-
-def _condition(function, values, value) -> float:
-    """sum_v |v * dg/dv / g| over the variables, by a relative step of STEP at the higher precision."""
-    kappa = mpmath.mpf(0)
-    digits = DIGITS[1] + _extra_digits(values)
-    with mpmath.workdps(digits):
-        for i, v in enumerate(values):
-            if v == 0:
-                continue
-            moved = list(values)
-            moved[i] = mpmath.mpf(v) * (1 + STEP)
-            shifted = _evaluated(function, moved, digits)
-            if shifted is None:
-                return math.inf
-            kappa += abs((shifted - value) / (value * STEP))
-    return float(kappa)
 
 
 # -- error in bits --------------------------------------------------------------------------------

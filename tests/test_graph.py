@@ -207,6 +207,7 @@ def test_output_is_required(specs):
     assert result.stderr == "dbgen: missing option '-o' / '--output'; see 'dbgen graph --help'\n"
 
 
+@needs_tools  # the tools are checked first
 def test_bad_spec_is_reported_with_its_line(specs):
     (specs / "specs" / "bad.yaml").write_text("name: bad\nexpr: x\ninputs: [x]\norder: 0\n")
     result = graph("specs/bad.yaml", "-o", "bad.svg")

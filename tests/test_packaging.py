@@ -100,4 +100,5 @@ def test_installed_wheel_builds_from_another_folder(venv, tmp_path):
     assert sorted(installed) == sorted(editable)
     assert [rel for rel in installed if installed[rel] != editable[rel]] == []
     specs = [p for p in (REPO / "specs").rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()]
-    assert "__init__.py" in installed and len(installed) == 2 * len(specs) + 4  # and tests/__init__.py, conftest.py, checks
+    # a module and a test file per spec, and __init__.py, the manifest, tests/__init__.py, conftest.py, checks
+    assert {"__init__.py", ".dbgen-manifest.json"} <= set(installed) and len(installed) == 2 * len(specs) + 5
