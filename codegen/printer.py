@@ -21,6 +21,13 @@ from .symbolic import SumTerm
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 
 
+class Copy(sympy.Function):
+    """A copy of a tensor (``x.clone()``): a forward may not return an input itself, which a choice
+    on params alone (``x if a > 0 else x**2``) would."""
+
+    nargs = 1
+
+
 class TorchPrinter(PythonCodePrinter):
     """Prints SymPy expressions as torch code, given which symbols hold tensors."""
 
@@ -401,18 +408,33 @@ class TorchPrinter(PythonCodePrinter):
             for value, cond in reversed(pieces):
                 code = f"({self._branch(value, like)} if {self._print(cond)} else {code})"
             return code
-        code = self._print(last)
-        for index, (value, cond) in reversed(list(enumerate(pieces))):
+        code, code_is_tensor = self._print(last), self.is_tensor(last)
+        for value, cond in reversed(pieces):
+            if not self.is_tensor(cond):
+                # a choice on params inside a choice on tensors: made in Python, both sides tensors
+                like = self._tensor_of(expr)
+                code = code if code_is_tensor else self._filled(like, code, last)
+                code, code_is_tensor = f"({self._branch(value, like)} if {self._print(cond)} else {code})", True
+                continue
             branch = self._print(value)
-            if not (self.is_tensor(value) or index < len(pieces) - 1 or self.is_tensor(last)):
-                branch = f"torch.full_like({self._tensor_of(cond)}, {branch})"  # where() of two floats is float32
-            code = f"torch.where({self._print(cond)}, {branch}, {code})"
+            if not (self.is_tensor(value) or code_is_tensor):
+                branch = self._filled(self._tensor_of(cond), branch, value)  # where() of two floats is float32
+            code, code_is_tensor = f"torch.where({self._print(cond)}, {branch}, {code})", True
         return code
 
     def _branch(self, value, like: str | None) -> str:
         if like is None or self.is_tensor(value):
             return self._print(value)
-        return f"torch.full_like({like}, {self._print(value)})"
+        return self._filled(like, self._print(value), value)
+
+    @staticmethod
+    def _filled(like: str, code: str, value) -> str:
+        """A tensor like ``like`` filled with ``code``; bool where the value is a condition (a
+        condition SymPy wrote as a choice between conditions, of nested clamps on params)."""
+        if isinstance(value, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
+                              sympy.logic.boolalg.BooleanAtom)):
+            return f"torch.full_like({like}, {code}, dtype=torch.bool)"
+        return f"torch.full_like({like}, {code})"
 
     def _tensor_of(self, cond) -> str:
         """A tensor the condition compares, to give a branch of floats its dtype and device; a mask
@@ -420,6 +442,9 @@ class TorchPrinter(PythonCodePrinter):
         while cond.free_symbols & set(self.masks):
             cond = cond.xreplace(self.masks)
         return self._print(min((s for s in cond.free_symbols if s in self.tensors), key=lambda s: s.name))
+
+    def _print_Copy(self, expr):
+        return f"{self.parenthesize(expr.args[0], PRECEDENCE['Atom'], strict=True)}.clone()"
 
     def _print_Guard(self, expr):
         value, taken, safe = expr.args

@@ -18,7 +18,7 @@ from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from . import external, special
 from .branches import boundaries
-from .printer import TorchPrinter, formula
+from .printer import Copy, TorchPrinter, formula
 from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
 from .write import header
@@ -756,7 +756,18 @@ def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, f
         # Not the input itself, nor a view of it: under torch.func a view must be matched by a view
         # in jvp and may alias an expanded input. A copy is simplest, and only linear terms need it.
         return f"{value}.clone()"
+    if forward and isinstance(result.expr, sympy.Piecewise):
+        return printer.doprint(_copied_inputs(result.expr, {sympy.Symbol(name, real=True) for name in in_scope}))
     return value
+
+
+def _copied_inputs(expr: sympy.Expr, inputs: set) -> sympy.Expr:
+    """A choice whose branches that are an input itself are copies of it (see _result_code)."""
+    if expr in inputs:
+        return Copy(expr)
+    if not isinstance(expr, sympy.Piecewise) or any(arg.cond.free_symbols & inputs for arg in expr.args):
+        return expr  # torch.where returns a new tensor
+    return sympy.Piecewise(*((_copied_inputs(arg.expr, inputs), arg.cond) for arg in expr.args), evaluate=False)
 
 
 def _helpers_used(views: list[FunctionView]) -> list[str]:

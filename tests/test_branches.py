@@ -287,3 +287,27 @@ def test_a_bound_that_rounds_to_a_finite_point_is_not_taken_for_a_safe_point(bui
         chain = derivative_chain(module.bump, r, 3, seed=2)
         for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
             assert torch.isfinite(level).all(), (dtype, level)
+
+
+# A choice made by params alone (issue 28's random specs found each crashing the build): the branch
+# taken is an input itself, a constant, or a clamp of a clamp on params; each at a param value on
+# either side of its bound.
+PARAM_CHOICES = {  # expr -> (reference on 0-d tensors, values of a, points away from ties)
+    "clamp(a, 0, x)": (lambda x, a: min(max(a, 0.0) + 0 * x, x), [0.5, -1.0], [[-2.0, -0.5, 0.3, 0.8, 2.0]]),
+    "where(a > 0, x, x**2)": (lambda x, a: x if a > 0 else x**2, [0.5, -1.0], [[-2.0, 0.0, 0.7, 3.0]]),
+    "clamp(clamp(a, 2, 2), x, 1)": (lambda x, a: 1.0 + 0 * x, [0.5], [[-1.0, 0.5, 1.5, 3.0]]),
+    "clamp(-relu(x), -1, min(2, a))": (lambda x, a: min(max(-max(x, 0 * x), -1 + 0 * x), min(2.0, a) + 0 * x),
+                                       [0.5, -3.0], [[-2.0, -0.5, 0.5, 2.0]]),
+}
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "auto"])
+@pytest.mark.parametrize("expr", sorted(PARAM_CHOICES))
+def test_a_choice_on_params_alone_takes_its_branch_at_every_order(build, expr, strategy):
+    reference, param_values, points = PARAM_CHOICES[expr]
+    module = build(name="f", expr=expr, inputs=["x"], params={"a": 0.5}, order=2, strategy=strategy)
+    for a in param_values:
+        inputs = _points(points)
+        actual = derivative_chain(module.f, inputs, 3, seed=4, params={"a": a})
+        expected = derivative_chain(pointwise(lambda x, a=a: reference(x, a)), inputs, 3, seed=4, params={"a": a})
+        assert_chains_close(actual, expected, rtol=1e-12, atol=1e-12)

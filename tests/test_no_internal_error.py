@@ -107,25 +107,6 @@ def build_through_the_cli(spec: dict) -> tuple[int, str]:
 # example that ends in one (a hypothesis event says so); test_known_internal_errors_are_still_open
 # fails (strict xfail) once one is fixed, so that its entry is removed here.
 KNOWN_BUGS = {
-    # the printer's torch.full_like(...) for a constant branch takes its shape from the condition's
-    # tensors, and a clamp's branch chosen by params alone has none (printer.py _tensor_of)
-    "constant clamp branch on params": (
-        {"name": "f", "expr": "clamp(a, 0, x)", "inputs": ["x"], "params": {"a": 0.5}, "order": 2},
-        "internal error: ValueError: min() arg is an empty sequence"),
-    # where() on a param whose taken branch is an input itself: forward returns the input as-is
-    # and saves it for backward, which torch refuses
-    "where on a param returning an input": (
-        {"name": "f", "expr": "where(a > 0, x, x**2)", "inputs": ["x"], "params": {"a": 0.5}, "order": 2},
-        "internal error: RuntimeError: An input that has been returned as-is as output is being saved"),
-    # a condition printed as a number tensor: torch.where refuses it (a clamp of a clamp on params;
-    # where((not (-1 <= a)) or (not (x < x < x)), x, x) under auto gives a Long one), and so does
-    # the | of two of them (clamp(-relu(x), -1, min(2, a)): "bitwise_or_cpu" not implemented for 'Double')
-    "clamp of a param clamp": (
-        {"name": "f", "expr": "clamp(clamp(a, 2, 2), x, 1)", "inputs": ["x"], "params": {"a": 0.5}, "order": 1},
-        "internal error: RuntimeError: where expected condition to be a boolean tensor"),
-    "clamp with a param min bound": (
-        {"name": "f", "expr": "clamp(-relu(x), -1, min(2, a))", "inputs": ["x"], "params": {"a": 0.5}, "order": 1},
-        "internal error: NotImplementedError: \"bitwise_or_cpu\" not implemented for 'Double'"),
     # the other param values the generated tests try (param_values.py): at a = -2, acos(a) in a
     # comparison is not real, and SymPy raises comparing it (checks(values) outside its try)
     "condition undefined at the tests' other param values": (
