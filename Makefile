@@ -1,8 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make build   -> creates .venv (torch 2.13.0 CPU first, then dbgen with its test extras) and runs `dbgen build specs/`
 #   make test    -> the same set-up, then the fast tests: all but those marked slow, in parallel
-#                   (pytest-xdist), the property tests at a quarter budget, the CLI run in the
-#                   tests' own processes (tests/helpers.py run_dbgen)
+#                   (pytest-xdist), the property tests at a tenth of their budget, one strategy per
+#                   case, the CLI run in the tests' own processes (tests/helpers.py run_dbgen)
 #   make test-all-> every test, slow ones and full property budgets included, every CLI call in a
 #                   fresh process (what CI runs after)
 PYTHON ?= python3
@@ -13,6 +13,11 @@ TORCH ?= torch==2.13.0
 # module fixtures (built projects, generated examples) are made once
 JOBS ?= auto
 PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=10
+# The tests' build cache (tests/build_cache.py): a spec is derived once and read back by every other
+# test that builds it, in this run and later ones, until the generator's source changes; so
+# `make test-all` reads what `make test` derived. BUILD_CACHE= (empty) keeps it to one run.
+BUILD_CACHE ?= .pytest_cache/dbgen-builds
+export DBGEN_TEST_BUILD_CACHE ?= $(BUILD_CACHE)
 
 .PHONY: build test test-all check clean docs
 

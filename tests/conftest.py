@@ -7,17 +7,18 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+import build_cache
 from helpers import build_spec
 
 # Hypothesis profiles for the property and fuzz tests. `ci` (the default) is derandomized, so every
-# run tries the same examples, and small; `quick` (what `make test` sets) is `ci` at a quarter of the
+# run tries the same examples, and small; `quick` (what `make test` sets) is `ci` at a tenth of the
 # examples, for the fast loop, while `make test-all` runs `ci` in full; `long`
 # (DBGEN_HYPOTHESIS_PROFILE=long) is random and 20x larger, for on-demand bug hunting. Each test
 # scales its own budget by max_examples / 100. No database: xdist workers share nothing on disk.
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("ci", max_examples=100, derandomize=True, database=None, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
-settings.register_profile("quick", settings.get_profile("ci"), max_examples=25)
+settings.register_profile("quick", settings.get_profile("ci"), max_examples=10)
 settings.register_profile("long", max_examples=2000, database=None, deadline=None,
                           suppress_health_check=_SLOW_OK, print_blob=True)
 settings.load_profile(os.environ.get("DBGEN_HYPOTHESIS_PROFILE", "ci"))
@@ -28,6 +29,37 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+_cache_folder = None
+
+
+def pytest_configure(config):
+    """The session's build cache (build_cache.py): made once by the controlling process, shared by
+    the xdist workers, installed in each."""
+    global _cache_folder
+    _cache_folder = build_cache.start_session()
+    build_cache.install()
+
+
+def pytest_unconfigure(config):
+    if _cache_folder is None:
+        build_cache.save_stats()  # an xdist worker's figures, for the controller's summary
+    build_cache.end_session(_cache_folder)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _cache_folder is not None:
+        terminalreporter.write_line(build_cache.summary())
+
+
+@pytest.fixture(autouse=True)
+def _build_cache_unless_fresh(request):
+    """Tests marked ``fresh_build`` derive every spec they build (the build itself is under test)."""
+    fresh = request.node.get_closest_marker("fresh_build") is not None
+    build_cache.enabled(not fresh)
+    yield
+    build_cache.enabled(True)
 
 
 @pytest.fixture

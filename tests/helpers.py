@@ -83,31 +83,30 @@ def sample(shape, lo, hi, seed, dtype=torch.float64):
 def strategy_matrix(names, strategies) -> list:
     """``pytest.param(name, strategy)`` for every pair, those outside the fast budget marked slow.
 
-    ``make test`` runs each name under two strategies (``auto`` when it is one of them, and one
-    more chosen by rotation, so that every strategy is run by some names) and ``make test-all``
-    runs every pair: the strategy matrix, budgeted (issue 13)."""
+    ``make test`` runs each name under one strategy, in turn (the n-th name under the n-th
+    strategy, so every strategy is run by some names: auto, which picks one of the others, among
+    them) and ``make test-all`` runs every pair: the strategy matrix, budgeted (issues 13, 30)."""
     import pytest
 
     names, strategies = list(names), list(strategies)
-    concrete = [s for s in strategies if s != "auto"]
     params = []
     for index, name in enumerate(names):
-        second = "auto" if "auto" in strategies else concrete[(index + 1) % len(concrete)]
-        fast = {concrete[index % len(concrete)], second}
+        fast = strategies[index % len(strategies)]
         for strategy in strategies:
-            marks = () if strategy in fast else (pytest.mark.slow,)
+            marks = () if strategy == fast else (pytest.mark.slow,)
             params.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
     return params
 
 
-def budget(values, ids=None) -> list:
-    """``pytest.param`` of each value, every other one (from the second) marked slow: ``make test``
-    runs half of a long list of like cases, ``make test-all`` all of them (issue 13)."""
+def budget(values, ids=None, share: int = 2) -> list:
+    """``pytest.param`` of each value, all but one in ``share`` (the first, then every share-th)
+    marked slow: ``make test`` runs that share of a long list of like cases, ``make test-all`` all
+    of them (issue 13)."""
     import pytest
 
     values = list(values)
     ids = list(ids) if ids is not None else [None] * len(values)
-    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), id=i, marks=(pytest.mark.slow,) if n % 2 else ())
+    return [pytest.param(*(v if isinstance(v, tuple) else (v,)), id=i, marks=(pytest.mark.slow,) if n % share else ())
             for n, (v, i) in enumerate(zip(values, ids))]
 
 

@@ -188,6 +188,7 @@ def test_auditing_runs_nothing_of_the_target_beyond_its_import(tmp_path):
     assert marker.exists()  # what importing it runs, it runs: the file calls it at import
 
 
+@pytest.mark.slow  # every example audited: 6-19 s; the generated tests check each one's orders in make test
 def test_dbgens_own_generated_functions_are_correct_to_their_order():
     """Every example's public generated Function (a file dbgen generated: level 0 only) audits
     correct to order 3, never wrong, on its spec's domain (where its generated tests draw inputs:

@@ -14,7 +14,6 @@ import yaml
 from torch.autograd.function import FunctionCtx
 
 from codegen import pipeline, write
-from helpers import strategy_matrix
 from helpers import calls_externals, derivative_chain, import_path, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,29 +26,54 @@ NESTED_ONLY = {name for name in EXAMPLES if calls_externals(ROOT / "specs" / f"{
 
 
 def _builds_matrix() -> list:
-    return [param for param in strategy_matrix(EXAMPLES, ["checked_in", *BUILDS])
-            if param.values[0] not in NESTED_ONLY or param.values[1] in ("checked_in", "nested")]
+    """(example, where) for the checked-in module and every build of it; ``make test`` takes one
+    per example, in turn (``helpers.strategy_matrix``), ``make test-all`` all."""
+    params = []
+    for index, name in enumerate(EXAMPLES):
+        builds = ["checked_in", "nested"] if name in NESTED_ONLY else ["checked_in", *BUILDS]
+        fast = builds[index % len(builds)]
+        params += [pytest.param(name, where, id=f"{name}-{where}", marks=() if where == fast else (pytest.mark.slow,))
+                   for where in builds]
+    return params
 
 
 def _spec_of(path: Path) -> dict:
     return yaml.safe_load((ROOT / "specs" / f"{path.stem}.yaml").read_text())
 
 
-@pytest.fixture(scope="module")
-def example_builds(tmp_path_factory) -> dict[str, Path]:
-    """Every example spec built with each strategy, and fused: build -> folder of NAME.py files."""
-    folders = {}
-    for build in BUILDS:
-        specs = tmp_path_factory.mktemp(f"specs_{build}")
-        for name in EXAMPLES:
-            if name in NESTED_ONLY and build != "nested":
-                continue
+class _ExampleBuilds:
+    """Each example built with a strategy, or fused, on first use (``make test`` uses a sample of
+    the pairs): build -> folder of NAME.py files. The spec keeps its path (specs/NAME.yaml), so a
+    build another test file made of the same spec is read from the session's build cache."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def __getitem__(self, build: str) -> _Built:
+        return _Built(self.folder, build)
+
+
+class _Built:
+    def __init__(self, folder: Path, build: str):
+        self.folder, self.build = folder / build, build
+
+    def __truediv__(self, file_name: str) -> Path:
+        name = Path(file_name).stem
+        out = self.folder / name / "out"
+        if not (out / file_name).exists():
             spec = _spec_of(Path(name))
-            spec.update(fuse=True) if build == "fuse" else spec.update(strategy=build)
+            spec.update(fuse=True) if self.build == "fuse" else spec.update(strategy=self.build)
+            specs = self.folder / name / "specs"
+            specs.mkdir(parents=True, exist_ok=True)
             (specs / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-        folders[build] = tmp_path_factory.mktemp(f"out_{build}")
-        write.write_files(folders[build], pipeline.generate(specs, root=specs.parent))
-    return folders
+            write.write_files(out, pipeline.generate(specs / f"{name}.yaml", root=specs.parent))
+        return out / file_name
+
+
+@pytest.fixture(scope="module")
+def example_builds(tmp_path_factory) -> _ExampleBuilds:
+    """Every example spec built with each strategy, and fused, on demand."""
+    return _ExampleBuilds(tmp_path_factory.mktemp("examples"))
 
 
 def _module_path(where: str, name: str, example_builds) -> Path:
@@ -217,8 +241,19 @@ def test_module_docstring_shows_formula_and_each_derivative(path):
             assert f"d{k}f/d{inputs[0]}{k} = " in doc
 
 
-@pytest.mark.parametrize("name, build", [(name, build) for name in EXAMPLES for build in ("save_inputs", "nested")
-                                          if name not in NESTED_ONLY or build == "nested"])
+def _alternating_builds() -> list:
+    """(example, save_inputs or nested): ``make test`` runs one of the two per example, in turn,
+    ``make test-all`` both."""
+    params = []
+    for index, name in enumerate(EXAMPLES):
+        builds = ("nested",) if name in NESTED_ONLY else ("save_inputs", "nested")
+        for build in builds:
+            fast = len(builds) == 1 or build == builds[index % 2]
+            params.append(pytest.param(name, build, id=f"{name}-{build}", marks=() if fast else (pytest.mark.slow,)))
+    return params
+
+
+@pytest.mark.parametrize("name, build", _alternating_builds())
 def test_public_function_has_type_hints_and_documents_every_argument(name, build, example_builds):
     """Inputs are tensors, params keyword-only floats with their defaults, the result a tensor; the
     docstring's Args name each (a param with its default) and it has Returns. The formula is

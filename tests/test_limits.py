@@ -147,6 +147,10 @@ def test_messages():
     )
 
 
+# Derived afresh (the time is what is tested); in make test-all only: CI's `make check` builds every
+# example under its own strategy within the same limits before any test runs.
+@pytest.mark.slow
+@pytest.mark.fresh_build
 @pytest.mark.parametrize("strategy", ["auto", "nested"])
 def test_the_examples_build_under_the_default_limits(strategy):
     """nested is the strategy that writes out every order: the heaviest for each example."""

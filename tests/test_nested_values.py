@@ -16,7 +16,7 @@ import sympy
 import torch
 
 from codegen import bench, pipeline
-from helpers import build_spec, calls_externals, sample
+from helpers import budget, build_spec, calls_externals, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 # a spec calling external functions has no formula in torch ops to measure against
@@ -72,7 +72,7 @@ def test_a_chain_without_calls_is_the_tutorials_cube():
         assert (fn.values, fn.constants) == ((), ())
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", budget(EXAMPLES, ids=[p.stem for p in EXAMPLES]))
 def test_nested_and_auto_save_no_more_than_autograd_through_the_composed_expression(path, tmp_path):
     """Issue 5's memory target, at W2 and W3: the default build (auto) and nested, on every example
     (tests/test_memory.py holds auto to it on random specs)."""

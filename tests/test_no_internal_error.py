@@ -33,7 +33,7 @@ EXAMPLES = 60
 
 
 def scaled(examples: int) -> int:
-    """A test's own budget, scaled by the profile (ci: 100 -> as written; quick: a quarter)."""
+    """A test's own budget, scaled by the profile (ci: 100 -> as written; quick: a tenth)."""
     return max(1, examples * settings.default.max_examples // 100)
 
 

@@ -41,7 +41,7 @@ from codegen.language import CONSTANT_NAMES
 # The functions of one formula everywhere, special functions included; the piecewise forms (where,
 # min, max, clamp, relu) enter the trees as the PIECES below, and are tested by tests/test_branches.py.
 FUNCTION_ARITY = {name: n for name, n in language.FUNCTION_ARITY.items() if name not in language.PIECEWISE_FUNCTIONS}
-from helpers import budget, build_spec, derivative_chain, import_path, sample
+from helpers import budget, build_spec, derivative_chain, import_path, sample, strategy_matrix
 
 R = 1.5  # inputs are drawn from [-R, R]
 CAP = 20.0  # a subexpression whose value could exceed this in size is squashed
@@ -566,7 +566,8 @@ def test_every_order_matches_autograd_through_the_tree(case):
 X, Y = (Node("name", value=name, lo=-R, hi=R) for name in ("x", "y"))
 
 
-@pytest.mark.parametrize("index, name", budget(enumerate(sorted(FUNCTION_ARITY)), ids=sorted(FUNCTION_ARITY)))
+# make test: a quarter of the functions (the random trees draw the rest); make test-all: every one
+@pytest.mark.parametrize("index, name", budget(enumerate(sorted(FUNCTION_ARITY)), ids=sorted(FUNCTION_ARITY), share=4))
 def test_every_function_of_the_language_under_a_strategy(tmp_path, index, name):
     """Each function at least once per run whatever hypothesis draws: name(x*y - sin(x)) (wrapped
     into its domain the way the random trees are, a different wrapper per function) at order 3."""
@@ -609,23 +610,26 @@ KNOWN_BUGS: dict[str, tuple[str, type]] = {}  # spec stem -> (reason, the error 
 
 
 def _regression_params():
-    for path in REGRESSION_SPECS:
-        reason, error = KNOWN_BUGS.get(path.stem, (None, None))
-        marks = [pytest.mark.xfail(strict=True, raises=error, reason=reason)] if reason else []
-        yield pytest.param(path, id=path.stem, marks=marks)
+    """(path, strategy) for every regression spec under every strategy; ``make test`` runs each
+    spec under auto and one more strategy, in turn (``helpers.strategy_matrix``)."""
+    paths = {path.stem: path for path in REGRESSION_SPECS}
+    for param in strategy_matrix(paths, STRATEGIES):
+        stem, strategy = param.values
+        reason, error = KNOWN_BUGS.get(stem, (None, None))
+        marks = [*param.marks, *([pytest.mark.xfail(strict=True, raises=error, reason=reason)] if reason else [])]
+        yield pytest.param(paths[stem], strategy, id=param.id, marks=marks)
 
 
-@pytest.mark.parametrize("path", list(_regression_params()))
-def test_regression_spec(tmp_path, path):
+@pytest.mark.parametrize("path, strategy", list(_regression_params()))
+def test_regression_spec(tmp_path, path, strategy):
     """Each spec in tests/regressions/ builds and matches autograd through its expression (read
-    with this file's own parser) at every order, under its own strategy and every other."""
+    with this file's own parser) at every order, under ``strategy``."""
     raw = yaml.safe_load(path.read_text())
-    for strategy in STRATEGIES:
-        spec = {**raw, "name": "prop", "strategy": strategy}
-        case = Case(from_text(spec["expr"]), tuple(spec["inputs"]), spec.get("params", {}), spec["order"],
-                    strategy, {n: tuple(b) for n, b in spec.get("domain", {}).items()})
-        module = build_spec(tmp_path / strategy, **spec)
-        assert_orders_match(module, case)
+    spec = {**raw, "name": "prop", "strategy": strategy}
+    case = Case(from_text(spec["expr"]), tuple(spec["inputs"]), spec.get("params", {}), spec["order"],
+                strategy, {n: tuple(b) for n, b in spec.get("domain", {}).items()})
+    module = build_spec(tmp_path, **spec)
+    assert_orders_match(module, case)
 
 
 # The generated module's own tests, for a few random specs ----------------------------------------
