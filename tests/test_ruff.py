@@ -17,6 +17,12 @@ def _ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([find_ruff_bin(), *args, "--isolated", "--no-cache", "."], cwd=cwd, capture_output=True, text=True)
 
 
+def test_checked_in_generated_code_passes_ruff_check_and_format():
+    for args in (("check",), ("format", "--check")):
+        result = _ruff(*args, cwd=ROOT / "generated")
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 EXAMPLES = sorted(path.stem for path in (ROOT / "specs").glob("*.yaml"))
 # How each example is built besides as checked in: eager (the defaults; what generated/ holds once
 # rebuilt), fused, and at the two line lengths a project may set (88 is the default).
