@@ -95,9 +95,10 @@ def save_stats() -> None:
 def summary() -> str:
     """One line on the session's cache: every process's hits, misses and seconds spent deriving."""
     folder = Path(os.environ.get(_SESSION_ENV, ""))
-    figures = [json.loads(p.read_text()) for p in folder.glob("stats-*.json.tmp")] if folder.is_dir() else []
+    saved = list(folder.glob("stats-*.json.tmp")) if folder.is_dir() else []
+    figures = [json.loads(path.read_text()) for path in saved]
     total = {key: sum(f[key] for f in [*figures, _stats]) for key in _stats}
-    for path in folder.glob("stats-*.json.tmp") if folder.is_dir() else ():
+    for path in saved:
         path.unlink()
     return (f"dbgen build cache: {total['hits']} builds read back, {total['misses']} derived "
             f"in {total['seconds']:.0f} s ({folder})")

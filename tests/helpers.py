@@ -83,16 +83,17 @@ def sample(shape, lo, hi, seed, dtype=torch.float64):
 def strategy_matrix(names, strategies) -> list:
     """``pytest.param(name, strategy)`` for every pair, those outside the fast budget marked slow.
 
-    ``make test`` runs each name under one strategy, in turn (the n-th name under the n-th
-    strategy, so every strategy is run by some names: auto, which picks one of the others, among
+    ``strategies`` is one list for every name, or a function of the name giving its own list.
+    ``make test`` runs each name under one strategy, in turn (the n-th name under the n-th of its
+    strategies, so every strategy is run by some names: auto, which picks one of the others, among
     them) and ``make test-all`` runs every pair: the strategy matrix, budgeted (issues 13, 30)."""
     import pytest
 
-    names, strategies = list(names), list(strategies)
     params = []
     for index, name in enumerate(names):
-        fast = strategies[index % len(strategies)]
-        for strategy in strategies:
+        choices = list(strategies(name) if callable(strategies) else strategies)
+        fast = choices[index % len(choices)]
+        for strategy in choices:
             marks = () if strategy == fast else (pytest.mark.slow,)
             params.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
     return params

@@ -24,9 +24,7 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def _generate(folder: Path, text: str = SPEC, **options) -> dict[str, str]:
-    (folder / "specs").mkdir(parents=True, exist_ok=True)
-    (folder / "specs" / "cached.yaml").write_text(text)
-    return pipeline.generate(folder / "specs" / "cached.yaml", root=folder, **options)
+    return pipeline.generate(_write(folder, text), root=folder, **options)
 
 
 def _misses_of(action) -> int:

@@ -14,7 +14,7 @@ import yaml
 from torch.autograd.function import FunctionCtx
 
 from codegen import pipeline, write
-from helpers import calls_externals, derivative_chain, import_path, sample
+from helpers import calls_externals, derivative_chain, import_path, sample, strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = sorted((ROOT / "generated").glob("*.py"))
@@ -27,58 +27,39 @@ NESTED_ONLY = {name for name in EXAMPLES if calls_externals(ROOT / "specs" / f"{
 
 def _builds_matrix() -> list:
     """(example, where) for the checked-in module and every build of it; ``make test`` takes one
-    per example, in turn (``helpers.strategy_matrix``), ``make test-all`` all."""
-    params = []
-    for index, name in enumerate(EXAMPLES):
-        builds = ["checked_in", "nested"] if name in NESTED_ONLY else ["checked_in", *BUILDS]
-        fast = builds[index % len(builds)]
-        params += [pytest.param(name, where, id=f"{name}-{where}", marks=() if where == fast else (pytest.mark.slow,))
-                   for where in builds]
-    return params
+    per example, in turn, ``make test-all`` all."""
+    return strategy_matrix(EXAMPLES, lambda name: ["checked_in", "nested"] if name in NESTED_ONLY
+                           else ["checked_in", *BUILDS])
 
 
 def _spec_of(path: Path) -> dict:
     return yaml.safe_load((ROOT / "specs" / f"{path.stem}.yaml").read_text())
 
 
-class _ExampleBuilds:
-    """Each example built with a strategy, or fused, on first use (``make test`` uses a sample of
-    the pairs): build -> folder of NAME.py files. The spec keeps its path (specs/NAME.yaml), so a
+@pytest.fixture(scope="module")
+def example_builds(tmp_path_factory):
+    """(build, name) -> the example's NAME.py built with that strategy, or fused, on first use
+    (``make test`` uses a sample of the pairs). The spec keeps its path (specs/NAME.yaml), so a
     build another test file made of the same spec is read from the session's build cache."""
+    folder = tmp_path_factory.mktemp("examples")
 
-    def __init__(self, folder: Path):
-        self.folder = folder
-
-    def __getitem__(self, build: str) -> _Built:
-        return _Built(self.folder, build)
-
-
-class _Built:
-    def __init__(self, folder: Path, build: str):
-        self.folder, self.build = folder / build, build
-
-    def __truediv__(self, file_name: str) -> Path:
-        name = Path(file_name).stem
-        out = self.folder / name / "out"
-        if not (out / file_name).exists():
+    def built(build: str, name: str) -> Path:
+        out = folder / build / name / "out"
+        if not (out / f"{name}.py").exists():
             spec = _spec_of(Path(name))
-            spec.update(fuse=True) if self.build == "fuse" else spec.update(strategy=self.build)
-            specs = self.folder / name / "specs"
-            specs.mkdir(parents=True, exist_ok=True)
+            spec.update(fuse=True) if build == "fuse" else spec.update(strategy=build)
+            specs = folder / build / name / "specs"
+            specs.mkdir(parents=True)
             (specs / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
             write.write_files(out, pipeline.generate(specs / f"{name}.yaml", root=specs.parent))
-        return out / file_name
+        return out / f"{name}.py"
 
-
-@pytest.fixture(scope="module")
-def example_builds(tmp_path_factory) -> _ExampleBuilds:
-    """Every example spec built with each strategy, and fused, on demand."""
-    return _ExampleBuilds(tmp_path_factory.mktemp("examples"))
+    return built
 
 
 def _module_path(where: str, name: str, example_builds) -> Path:
     """``generated/NAME.py`` (where == "checked_in"), or the example built with strategy/fuse ``where``."""
-    return ROOT / "generated" / f"{name}.py" if where == "checked_in" else example_builds[where] / f"{name}.py"
+    return ROOT / "generated" / f"{name}.py" if where == "checked_in" else example_builds(where, name)
 
 
 def _functions(tree: ast.Module):
@@ -244,13 +225,7 @@ def test_module_docstring_shows_formula_and_each_derivative(path):
 def _alternating_builds() -> list:
     """(example, save_inputs or nested): ``make test`` runs one of the two per example, in turn,
     ``make test-all`` both."""
-    params = []
-    for index, name in enumerate(EXAMPLES):
-        builds = ("nested",) if name in NESTED_ONLY else ("save_inputs", "nested")
-        for build in builds:
-            fast = len(builds) == 1 or build == builds[index % 2]
-            params.append(pytest.param(name, build, id=f"{name}-{build}", marks=() if fast else (pytest.mark.slow,)))
-    return params
+    return strategy_matrix(EXAMPLES, lambda name: ["nested"] if name in NESTED_ONLY else ["save_inputs", "nested"])
 
 
 @pytest.mark.parametrize("name, build", _alternating_builds())
@@ -258,7 +233,7 @@ def test_public_function_has_type_hints_and_documents_every_argument(name, build
     """Inputs are tensors, params keyword-only floats with their defaults, the result a tensor; the
     docstring's Args name each (a param with its default) and it has Returns. The formula is
     written once, in the module docstring: the function's docstring does not repeat it."""
-    path = example_builds[build] / f"{name}.py"
+    path = example_builds(build, name)
     spec, module = _spec_of(path), import_path(path)
     function = getattr(module, name)
     signature = inspect.signature(function)

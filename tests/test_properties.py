@@ -614,7 +614,7 @@ KNOWN_BUGS: dict[str, tuple[str, type]] = {  # spec stem -> (reason, the error i
 
 def _regression_params():
     """(path, strategy) for every regression spec under every strategy; ``make test`` runs each
-    spec under auto and one more strategy, in turn (``helpers.strategy_matrix``)."""
+    spec under one strategy, in turn (``helpers.strategy_matrix``)."""
     paths = {path.stem: path for path in REGRESSION_SPECS}
     for param in strategy_matrix(paths, STRATEGIES):
         stem, strategy = param.values

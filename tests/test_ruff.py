@@ -9,6 +9,7 @@ import pytest
 from ruff.__main__ import find_ruff_bin
 
 from codegen import pipeline, write
+from helpers import strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,16 +36,9 @@ def _build(tmp_path: Path, name: str, options: dict) -> Path:
     return out
 
 
-def _builds_in_turn() -> list:
-    """(build, example) for every pair: ``make test`` builds each example once, the builds in turn;
-    ``make test-all`` every pair."""
-    return [pytest.param(build, name, id=f"{build}-{name}",
-                         marks=() if build == list(BUILDS)[index % len(BUILDS)] else (pytest.mark.slow,))
-            for index, name in enumerate(EXAMPLES) for build in BUILDS]
-
-
-@pytest.mark.parametrize("build, name", _builds_in_turn())
-def test_every_build_passes_ruff(tmp_path, build, name):
+# make test: each example once, the builds in turn; make test-all: every pair
+@pytest.mark.parametrize("name, build", strategy_matrix(EXAMPLES, BUILDS))
+def test_every_build_passes_ruff(tmp_path, name, build):
     """Every file a build writes passes ruff's default checks and is ruff-formatted at the
     project's line length (at 100, a file formatted to 88 would be reformatted: ruff joins lines
     that now fit); the module passes pycodestyle (E501 included), pyflakes and isort at that length."""
