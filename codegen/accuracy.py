@@ -73,6 +73,34 @@ def _exact_functions() -> dict:
     return _EXACT_FUNCTIONS
 
 
+# mpmath's functions behind SymPy's slow ones (_SLOW_EXACT), by the names lambdify prints
+_SLOW_MPMATH = ("besselj", "bessely", "besseli", "besselk", "gamma", "loggamma", "polygamma", "psi",
+                "zeta", "expint", "ei", "gammainc", "beta", "hyper", "meijerg")
+
+
+def _memoized_functions() -> dict:
+    """The exact functions for lambdify, the slow ones remembering their values by precision and
+    arguments: every partial of a spec holds the same Bessel function of the same argument, and
+    where the joint function of a point raises (a common subexpression hoisted out of a branch not
+    taken divides by 0), the partials are evaluated one by one, each calling it again (a 4th-order
+    spec of 3 inputs through modified_bessel_k1: 28 s without, the values are the same)."""
+    slow = {name: getattr(mpmath, name) for name in _SLOW_MPMATH}
+    slow_special = {cls.__name__ for cls in special.ALL if cls.slow_exact}
+    slow.update((name, function) for name, function in _exact_functions().items()
+                if name in slow_special or name in external.SCIPY)
+    cache: dict = {}
+
+    def remembered(name, function):
+        def call(*args):
+            key = (name, mpmath.mp.prec, args)
+            if key not in cache:
+                cache[key] = function(*args)
+            return cache[key]
+        return call
+
+    return {**_exact_functions(), **{name: remembered(name, function) for name, function in slow.items()}}
+
+
 @dataclasses.dataclass(frozen=True)
 class Partial:
     """One derivative the oracle measures: of output ``output`` in the inputs ``index`` (by
@@ -245,7 +273,7 @@ def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symb
 
     ``variables`` are the inputs then the params, whose values are ``params`` at every point;
     the condition number runs over all of them."""
-    modules = [_exact_functions(), "mpmath"]
+    modules = [_memoized_functions(), "mpmath"]
     formulas = list(partial_formulas)
     singles = [sympy.lambdify(variables, formula, modules=modules) for formula in formulas]
     every = list(range(len(formulas)))

@@ -18,7 +18,7 @@ import sympy
 
 from . import branches, cost, external, limits, symbolic
 from .errors import SpecErrors
-from .rewrite import for_differentiation, in_ratios, stabilize
+from .rewrite import factored, for_differentiation, in_ratios, stabilize
 from .spec import Spec
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
@@ -680,7 +680,7 @@ def _block(results: list[Result], taken, inline: bool = False) -> Block:
 
     ``inline``: the results are printed where they are used, so none claims a temporary's name.
     """
-    replacements, reduced = symbolic.common_subexpressions([sympy.factor_terms(r.expr) for r in results])
+    replacements, reduced = symbolic.common_subexpressions([factored(r.expr) for r in results])
     namer = Namer({*taken, *(r.name for r in results)})
     # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
     claimed = {}

@@ -440,6 +440,42 @@ RULES = (
     ("difference_of_squares", difference_of_squares_opt),
 )
 
+# What a formula must hold for each rule to match anywhere in it: every group, one of each group's
+# kinds. Each rule is a walk of the whole formula; most formulas hold no exp() or log(), and a
+# high order's formulas are large (tests/test_rewrite.py checks that no rule matches without them).
+NEEDS = {
+    "softplus": ((sympy.exp,), (sympy.log, log1p)),
+    "log_sigmoid": ((sympy.log,), (sigmoid,)),
+    "log_cosh": ((sympy.log,), (sympy.cosh,)),
+    "logaddexp": ((sympy.log,),),
+    "log1p": ((sympy.log,),),
+    "expm1": ((sympy.exp,),),
+    "spread_over_exponential_sum": ((sympy.exp,),),
+    "sigmoid": ((sympy.exp,),),
+    "combine_exponentials": ((sympy.exp,),),
+    "absorb_exp_into_sigmoid": ((sympy.exp,), (sigmoid,)),
+    "one_minus_sigmoid": ((sigmoid,),),
+    "tanh": ((sympy.sinh,), (sympy.cosh,)),
+    "hypot": ((sympy.Pow,),),
+    "sech2": ((sympy.tanh,),),
+    "difference_of_squares": ((sympy.Pow,),),
+}
+
+
+def kinds(expr: sympy.Expr) -> frozenset:
+    """The classes of the nodes of ``expr``, with exp for E**u too (isinstance counts it as exp)."""
+    found = set()
+    for node in sympy.preorder_traversal(expr):
+        found.add(type(node))
+        if node.is_Pow and node.base is sympy.E:
+            found.add(sympy.exp)
+    return frozenset(found)
+
+
+def may_match(name: str, found: frozenset) -> bool:
+    """Whether rule ``name`` can match a formula whose node classes are ``found``."""
+    return all(any(issubclass(k, kind) for k in found for kind in group) for group in NEEDS[name])
+
 
 def _square_pair(mul):
     """Factors 1 - u and 1 + u of ``mul``, with their product 1 - u**2, else None."""
@@ -476,6 +512,14 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
                         - e.args[0].args[1] + sympy.log(2))
 
 
+@functools.lru_cache(maxsize=4096)
+def factored(expr: sympy.Expr) -> sympy.Expr:
+    """``sympy.factor_terms(expr)``, remembered: ``stabilize`` factors each formula to see whether
+    its factored form is stable too, and the planner factors the same formula again before CSE
+    (factoring is about half of a large spec's planning)."""
+    return sympy.factor_terms(expr)
+
+
 @functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """``expr`` with every rule applied, bottom-up, until nothing changes, also in the factored
@@ -487,11 +531,11 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """
     for _ in range(MAX_PASSES):
         expr = _apply_rules(expr)
-        factored = sympy.factor_terms(expr)
-        if factored == expr:
+        factored_form = factored(expr)
+        if factored_form == expr:
             break
-        rewritten = _apply_rules(factored)
-        if rewritten == factored:
+        rewritten = _apply_rules(factored_form)
+        if rewritten == factored_form:
             break
         expr = rewritten
     return expr
@@ -500,8 +544,12 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
 def _apply_rules(expr: sympy.Expr) -> sympy.Expr:
     for _ in range(MAX_PASSES):
         before = expr
-        for _, rule in RULES:
-            expr = optimize(expr, [rule])
+        found = kinds(expr)
+        for name, rule in RULES:
+            if may_match(name, found):
+                rewritten = optimize(expr, [rule])
+                if rewritten != expr:
+                    expr, found = rewritten, kinds(rewritten)
         if expr == before:
             break
     return expr
@@ -512,5 +560,5 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "identity", "for_differentiation", "in_ratios", "RULES", "Sech2", "Ratio", "expm1", "log1p",
+__all__ = ["stabilize", "factored", "identity", "for_differentiation", "in_ratios", "RULES", "Sech2", "Ratio", "expm1", "log1p",
            "logaddexp", "hypot"]

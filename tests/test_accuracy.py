@@ -82,6 +82,28 @@ def test_two_precisions_must_agree():
     assert float(row[1].value) == math.log(2.0)
 
 
+def test_slow_functions_remembered_per_point_give_each_precision_its_own_value():
+    """The oracle remembers mpmath's Bessel values by precision and arguments: where one formula
+    has no value (k1/x at 0) the others are evaluated one by one, and each truth is still mpmath's
+    own at the higher precision, its kappa from values shifted at that precision."""
+    x = sympy.Symbol("x", real=True)
+    k1 = sympy.besselk(1, 2 + x)
+    formulas = [k1, k1.diff(x), k1 / x, k1**2]
+    points = [(0.0,), (0.5,), (1e-5,)]
+    table = accuracy.exact(formulas, [x], points)
+    with mpmath.workdps(accuracy.DIGITS[1]):
+        for (value,), row in zip(points, zip(*table)):
+            v = mpmath.mpf(value)
+            want = [mpmath.besselk(1, 2 + v), -(mpmath.besselk(0, 2 + v) + mpmath.besselk(1, 2 + v) / (2 + v)),
+                    mpmath.besselk(1, 2 + v) / v if v else None, mpmath.besselk(1, 2 + v) ** 2]
+            for truth, expected in zip(row, want):
+                if expected is None:
+                    assert truth.value is None
+                else:
+                    assert abs(truth.value - expected) <= 1e-50 * abs(expected)  # not the 30-digit value
+    assert table[3][1].kappa == pytest.approx(2 * table[0][1].kappa, rel=1e-9)  # kappa of k**2 is twice k's
+
+
 def test_oracle_finds_the_cancellation_autograd_avoids(tmp_path):
     """The tutorial's exp form of sinh cancels near 0 at order 2 (intermediates adds the
     gradients of expm1(x) and expm1(-x)); autograd through torch.sinh does not."""

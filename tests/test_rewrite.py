@@ -8,10 +8,14 @@ import math
 import pytest
 import sympy
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sympy.codegen.rewriting import optimize
 
 from codegen.expr import parse_expr
 from codegen.printer import TorchPrinter
-from codegen.rewrite import RULES, stabilize
+from codegen.rewrite import NEEDS, RULES, factored, kinds, may_match, stabilize
+from test_properties import R, scaled, text, trees
 
 NAMES = ("x", "y")
 # rule -> (expression before, a fragment the rewritten formula prints)
@@ -88,3 +92,25 @@ def test_stabilize_leaves_stable_formulas_alone():
     for text in ["x*tanh(softplus(x))", "sigmoid(x)*y", "exp(-x**2)", "atan2(y, x)", "x**3 - 2*x"]:
         expr = parse_expr(text, NAMES, ())
         assert stabilize(expr) == expr
+
+
+def test_every_rule_says_what_it_needs():
+    assert set(NEEDS) == {name for name, _ in RULES}
+
+
+def test_exp_is_found_written_as_a_power_of_e():
+    assert sympy.exp in kinds(sympy.Pow(sympy.E, sympy.Symbol("x"), evaluate=False))
+
+
+@settings(max_examples=scaled(200), deadline=None)
+@given(tree=trees({"x": (-R, R), "y": (-R, R)}, 3), derivative=st.booleans())
+def test_a_rule_skipped_for_what_a_formula_lacks_would_not_have_matched(tree, derivative):
+    """``_apply_rules`` runs a rule only where ``may_match``: every rule it skips, run anyway on the
+    formula, its derivative and its factored form, leaves it as it is."""
+    expr = parse_expr(text(tree), NAMES, ())
+    expr = sympy.diff(expr, sympy.Symbol("x", real=True)) if derivative else expr
+    for form in (expr, factored(expr)):
+        found = kinds(form)
+        for name, rule in RULES:
+            if not may_match(name, found):
+                assert optimize(form, [rule]) == form, (name, form)
