@@ -34,7 +34,10 @@ def template_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "templates"
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
+    """One environment per process: it keeps the templates compiled (compiling them took about as
+    long as planning a small spec)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
