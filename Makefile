@@ -2,17 +2,19 @@
 #   make build   -> creates .venv (torch 2.13.0 CPU first, then dbgen with its test extras) and runs `dbgen build specs/`
 #   make test    -> the same set-up, then the fast tests: all but those marked slow, in parallel
 #                   (pytest-xdist), the property tests at a tenth of their budget, one strategy per
-#                   case, the CLI run in the tests' own processes (tests/helpers.py run_dbgen)
-#   make test-all-> every test, slow ones and full property budgets included, every CLI call in a
-#                   fresh process (what CI runs after)
+#                   case
+#   make test-all-> every test, slow ones and full property budgets included (what CI runs after)
+# Both run the dbgen command in the tests' own processes (tests/helpers.py run_dbgen), each command
+# once in a fresh process too; DBGEN_TEST_CLI=subprocess runs every call in a fresh process.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
-# pytest-xdist workers: auto = one per CPU core; a test file stays on one worker, so that its
-# module fixtures (built projects, generated examples) are made once
+# pytest-xdist workers: auto = one per CPU core. worksteal: each worker starts on its own half of the
+# tests, in file order (so a file's module fixtures are mostly made once), and one that runs out
+# takes half of what another has left, so both finish together whatever the tests' lengths
 JOBS ?= auto
-PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist loadfile --durations=10
+PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=10
 # The tests' build cache (tests/build_cache.py): a spec is derived once and read back by every other
 # test that builds it, in this run and later ones, until the generator's source changes; so
 # `make test-all` reads what `make test` derived. BUILD_CACHE= (empty) keeps it to one run.
@@ -35,8 +37,7 @@ check: $(VENV)/.installed
 	$(BIN)/dbgen check specs/
 
 test: $(VENV)/.installed
-	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} DBGEN_TEST_CLI=$${DBGEN_TEST_CLI:-inprocess} \
-		$(PYTEST) -m "not slow"
+	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} $(PYTEST) -m "not slow"
 
 test-all: $(VENV)/.installed
 	$(PYTEST)

@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import helpers
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKED_BLOCK = re.compile(
@@ -73,14 +75,11 @@ def dbgen_commands(shell: str) -> list[list[str]]:
     return [words for words in commands if words and words[0] == "dbgen"]
 
 
-def _dbgen_environment() -> dict[str, str]:
-    # this checkout's codegen, whatever dbgen is installed
-    return {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-
-
 def run_dbgen(words: list[str], project: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "codegen", *words[1:]], cwd=project, capture_output=True,
-                          text=True, env=_dbgen_environment(), timeout=TIMEOUT_S)
+    """A page's ``dbgen ...`` line in ``project``, as the other tests run the command
+    (helpers.run_dbgen: this checkout's codegen, whatever dbgen is installed)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    done = helpers.run_dbgen(words[1:], project, environment, timeout=TIMEOUT_S)
     assert done.returncode == 0, f"{shlex.join(words)} exited {done.returncode}:\n{done.stdout}{done.stderr}"
 
 

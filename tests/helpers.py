@@ -99,6 +99,21 @@ def strategy_matrix(names, strategies) -> list:
     return params
 
 
+def run_shard(check, shard: int, shards: int, examples: int, **strategies) -> None:
+    """Run the property ``check`` (a function of the drawn ``strategies``' values) on ``shard``'s
+    part (of ``shards``) of an ``examples`` budget: ``given(**strategies)`` at examples / shards
+    examples, seeded by the shard under a derandomized profile (ci, quick), so that the parts draw
+    different examples (a derandomized seed comes from the test function, the same for every part),
+    and random like the rest under ``long``. One test of many examples as parametrized parts, so
+    that pytest-xdist can run them on different workers."""
+    from hypothesis import given, seed, settings
+
+    test = settings(max_examples=max(1, examples // shards))(given(**strategies)(check))
+    if settings.default.derandomize:
+        test = seed(shard)(test)
+    test()
+
+
 def budget(values, ids=None, share: int = 2) -> list:
     """``pytest.param`` of each value, all but one in ``share`` (the first, then every share-th)
     marked slow: ``make test`` runs that share of a long list of like cases, ``make test-all`` all
@@ -111,20 +126,24 @@ def budget(values, ids=None, share: int = 2) -> list:
             for n, (v, i) in enumerate(zip(values, ids))]
 
 
-# How the tests run the ``dbgen`` command. ``subprocess`` (the default, and what ``make test-all``
-# runs): ``python -m codegen`` in a fresh process, as users do. ``inprocess`` (what ``make test``
-# sets, DBGEN_TEST_CLI=inprocess): ``cli.run()`` in the test's own process with the argument list,
-# working folder, environment and standard streams swapped in and the signal handlers put back
-# after; the same code from the entry point on, without the ~2 s each fresh Python spends starting
-# and importing torch and SymPy. Calls that need a process of their own (signals, umask, a second
-# build holding the lock, import checks) take one whatever the mode.
-CLI_MODE = os.environ.get("DBGEN_TEST_CLI", "subprocess")
+# How the tests run the ``dbgen`` command. ``inprocess`` (the default, in make test and make
+# test-all): ``cli.run()`` in the test's own process with the argument list, working folder,
+# environment and standard streams swapped in and the signal handlers put back after; the same code
+# from the entry point on, without the ~2 s each fresh Python spends starting and importing torch
+# and SymPy. ``subprocess`` (DBGEN_TEST_CLI=subprocess, on demand): ``python -m codegen`` in a fresh
+# process for every call, as users run it. Either way each command also runs once in a fresh
+# process beside its in-process run, with the same result (test_cli.py's
+# test_each_command_in_a_fresh_process_does_what_it_does_in_the_tests_own), and calls that need a
+# process of their own (signals, umask, a second build holding the lock, import checks) take one.
+CLI_MODE = os.environ.get("DBGEN_TEST_CLI", "inprocess")
 
 
-def run_dbgen(args, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``dbgen ARGS`` in ``cwd`` with environment ``env`` (the whole environment; None: this one)."""
+def run_dbgen(args, cwd: Path, env: dict | None = None, timeout: float = 300,
+              mode: str | None = None) -> subprocess.CompletedProcess:
+    """``dbgen ARGS`` in ``cwd`` with environment ``env`` (the whole environment; None: this one),
+    the way ``mode`` says (inprocess or subprocess; None: CLI_MODE)."""
     env = dict(os.environ if env is None else env)
-    if CLI_MODE == "inprocess":
+    if (mode or CLI_MODE) == "inprocess":
         return _run_dbgen_in_process(list(args), cwd, env)
     return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)

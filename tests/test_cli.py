@@ -119,6 +119,38 @@ def test_version(tmp_path):
     assert result.stdout.strip() == f"dbgen {VERSION}"
 
 
+# Every command once in a fresh process (``python -m codegen``, as users run it), beside a run in
+# the tests' own process (helpers.run_dbgen, how the rest of the suite runs it): the same exit
+# status and the same words, so that what the in-process runs show holds for the real command.
+SEED_FUNCTIONS = Path(__file__).resolve().parent / "fixtures" / "audit" / "seed_functions.py"
+EACH_COMMAND = {
+    "version": ["--version"],
+    "build": ["build", "specs", "-o", "again"],
+    "check": ["check", "specs", "-o", "out"],
+    "show": ["show", "specs/sinh.yaml"],
+    "accuracy": ["accuracy", "specs/gaussian_rbf.yaml", "--points", "8", "--dtype", "float64"],
+    "audit": ["audit", f"{SEED_FUNCTIONS}:Sinh", "--order", "2"],
+    "new": ["new", "swish", "--expr", "x * sigmoid(x)", "--inputs", "x", "-o", "new"],
+    "schema": ["schema"],
+    "failing": ["build", "specs/no_such.yaml"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", EACH_COMMAND.values(), ids=EACH_COMMAND.keys())
+def test_each_command_in_a_fresh_process_does_what_it_does_in_the_tests_own(built, tmp_path, command):
+    results = []
+    for mode in ("subprocess", "inprocess"):
+        root = tmp_path / mode
+        shutil.copytree(built, root)
+        result = run_dbgen(command, root, _env(), timeout=120, mode=mode)
+        results.append((result.returncode, result.stdout.replace(str(root), "ROOT"),
+                        result.stderr.replace(str(root), "ROOT")))
+        assert "Traceback" not in result.stderr, result.stderr
+    assert results[0] == results[1]
+    assert (results[0][0] == 0) == (command != EACH_COMMAND["failing"]), results[0]
+
+
 def test_no_arguments_prints_help(tmp_path):
     result = dbgen(cwd=tmp_path)
     text = result.stdout + result.stderr

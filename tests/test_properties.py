@@ -41,7 +41,7 @@ from codegen.language import CONSTANT_NAMES
 # The functions of one formula everywhere, special functions included; the piecewise forms (where,
 # min, max, clamp, relu) enter the trees as the PIECES below, and are tested by tests/test_branches.py.
 FUNCTION_ARITY = {name: n for name, n in language.FUNCTION_ARITY.items() if name not in language.PIECEWISE_FUNCTIONS}
-from helpers import budget, build_spec, derivative_chain, import_path, sample, strategy_matrix
+from helpers import budget, build_spec, derivative_chain, import_path, run_shard, sample, strategy_matrix
 
 R = 1.5  # inputs are drawn from [-R, R]
 CAP = 20.0  # a subexpression whose value could exceed this in size is squashed
@@ -553,9 +553,17 @@ def build_or_reject(folder: Path, case: Case):
         raise
 
 
-@settings(max_examples=scaled(400))
-@given(case=cases())
-def test_every_order_matches_autograd_through_the_tree(case):
+# The property's 400 examples in parts, each under its own seed, that pytest-xdist spreads over the
+# workers: as one test they held one worker for minutes at the end of make test-all.
+TREE_SHARDS = 8
+
+
+@pytest.mark.parametrize("shard", range(TREE_SHARDS))
+def test_every_order_matches_autograd_through_the_tree(shard):
+    run_shard(_every_order_matches, shard, TREE_SHARDS, scaled(400), case=cases())
+
+
+def _every_order_matches(case):
     with tempfile.TemporaryDirectory() as tmp:
         module = build_or_reject(Path(tmp), case)
     assert module.ORDER == case.order
