@@ -94,6 +94,10 @@ class Masked(sympy.Function):
     nargs = 2
     precedence = PRECEDENCE["Mul"]
     recomputed = True  # a product, recomputed where needed rather than saved (symbolic.reused_calls)
+    # a number, as its value is: SymPy derives commutativity from the args, and the condition's is
+    # None, so a Mul kept Masked apart as a matrix-like factor and never cancelled M**2 * M**-1
+    # (the derivative of M**2 printed as M**2 / M: 0/0 = NaN where the branch is not taken)
+    is_commutative = True
 
     @classmethod
     def eval(cls, value, taken):

@@ -45,6 +45,11 @@ CASES = {
     "sqrt_or_line": (dict(expr="where(x > 0, sqrt(x), x)", inputs=["x"], order=3, domain={"x": [-2, 2]}),
                      lambda x: T.sqrt(x) if x > 0 else x,
                      [[-5.0, -1.0, -1e-6, 0.0, 1e-3, 1.0, 4.0]]),
+    # the branch inside another function: its square appears at order 3 (0/0 = NaN until Masked
+    # was commutative and SymPy cancelled M**2 / M)
+    "soft_step_in_sin": (dict(expr="sin(where(x > 0.5, exp(-1/(x - 0.5)), 0))", inputs=["x"], order=3),
+                         lambda x: T.sin(T.exp(-1 / (x - 0.5))) if x > 0.5 else 0.0 * x,
+                         [[-1.0, 0.0, 0.5, 0.6, 1.0, 2.0]]),
     "log_or_zero": (dict(expr="where(x > 0, log(x), 0)", inputs=["x"], order=3),
                     lambda x: T.log(x) if x > 0 else 0.0 * x,
                     [[-3.0, -1.0, 0.0, 0.25, 1.0, 3.0]]),
@@ -256,6 +261,21 @@ def test_mask_keeps_torch_where_for_a_value_that_reads_an_input_unguarded():
     assert mask(other_guard, [x]) == other_guard  # its guard is safe only where x > 1 fails
     indicator = sympy.Piecewise((3, x > 0), (0, True))
     assert mask(indicator, [x]) == 3 * Masked(1, x > 0)
+
+
+def test_a_masked_value_cancels_in_products_as_a_number_does():
+    """SymPy's derivative of M**2 is M**2 * (2*M'/M): with M a Masked of unknown commutativity the
+    product kept M**2 / M, 0/0 where the branch is not taken."""
+    import sympy
+
+    from codegen.branches import Masked
+
+    x = sympy.Symbol("x", real=True)
+    value = Masked(sympy.exp(-1 / x) / x**2, x > 0)
+    square_derivative = (value**2 * sympy.sin(value)).diff(x)
+    divided = [p for p in sympy.preorder_traversal(square_derivative)
+               if isinstance(p, sympy.Pow) and p.exp.is_negative and isinstance(p.base, Masked)]
+    assert not divided
 
 
 def test_a_safe_point_near_a_param_bound_follows_the_param(build):
