@@ -63,7 +63,7 @@ def _functions() -> dict:
     return {
         "sigmoid": _sigmoid, "softplus": _softplus, **_GUARDS,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
-        **special.FLOAT_VALUES,
+        **special.torch_float_values(),
         **{name: _in_floats(cls.exact) for name, cls in external.SCIPY.items()},
     }
 

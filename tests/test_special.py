@@ -205,3 +205,33 @@ def test_a_special_function_of_a_constant_that_sympy_cannot_make_a_float_stays_s
     expr = parse_expr("abs(bessel_j0(acos(tanh(1)/2))) * x", ("x",), ())
     value = float(expr.subs(sympy.Symbol("x", real=True), 1).evalf(30))
     assert value == pytest.approx(float(mpmath.besselj(0, mpmath.acos(mpmath.tanh(1) / 2))), rel=1e-12)
+
+
+def _mpmath_float(function, *args) -> float:
+    try:
+        return special.real_float(function(*args))
+    except (ValueError, ZeroDivisionError):  # a pole, or no real value
+        return math.nan
+
+
+# At and beside the poles (0, -1, -2, ...), across zero, in the tails, and past erfinv's [-1, 1]
+POLYGAMMA_POINTS = [-3.0, -2.0, -1.0, -0.0, 0.0, -2.5, -1.5, -0.5, -1 + 1e-12, -1e-300, 1e-300, 1e-9, 0.5, 1.0,
+                    3.7, 50.0, 1e10, 1e300]
+ERFINV_POINTS = [-2.0, -1.0, -1 + 1e-16, -0.5, -0.0, 0.0, 1e-300, 0.5, 1 - 1e-16, 1.0, 1.5, math.inf]
+
+
+def test_the_domain_checks_torch_polygamma_and_erfinv_are_finite_where_mpmath_is_and_agree():
+    """The domain check evaluates polygamma and erfinv by torch's ops (special.torch_float_values):
+    they must be finite exactly where mpmath's values are (torch's own polygamma(1, x) is finite
+    at the poles x = -1, -2, ...), and near them there: the check needs finiteness alone, and
+    torch's digamma loses digits beside a pole (-1 + 1e-12: 3e-5 relative)."""
+    values = special.torch_float_values()
+    cases = [(values["polygamma"], mpmath.polygamma, (n, x)) for n in range(6) for x in POLYGAMMA_POINTS]
+    cases += [(values["erfinv"], mpmath.erfinv, (x,)) for x in ERFINV_POINTS]
+    for ours, exact, args in cases:
+        got, want = ours(*args), _mpmath_float(exact, *args)
+        assert math.isfinite(got) == math.isfinite(want), (exact.__name__, args, got, want)
+        if math.isfinite(want):
+            assert got == pytest.approx(want, rel=1e-4, abs=1e-300), (exact.__name__, args)
+    # a pole mpmath never returns from (every float this large is an integer)
+    assert math.isnan(values["polygamma"](1, -1e300))
