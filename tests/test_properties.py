@@ -330,7 +330,11 @@ def trees(draw, names: dict[str, tuple[float, float]], depth: int) -> Node:
     elif kind == "**":
         node = _power_in_domain(draw(sub), draw(st.integers(-3, 4) | sub), choice)
     elif kind == "piece":
-        node = piece(draw(st.sampled_from(sorted(PIECES))), _small(draw(sub), choice), draw(st.sampled_from([0, 0.5, -0.5])),
+        u = draw(sub)
+        if not _varies(u):  # a constant condition: the untaken branch's singular value is the spec's
+            name = draw(st.sampled_from(sorted(n for n, (lo, hi) in names.items() if lo < hi)))
+            u = binary("+", u, Node("name", value=name, lo=names[name][0], hi=names[name][1]))
+        node = piece(draw(st.sampled_from(sorted(PIECES))), _small(u, choice), draw(st.sampled_from([0, 0.5, -0.5])),
                      draw(sub))
     else:
         node = binary(kind, draw(sub), draw(sub))
@@ -535,6 +539,11 @@ def assert_orders_match(module, case: Case, seed: int = 0) -> None:
 
 # torch's float64 bessel_j0/j1/y0/y1 are off by up to 8.5e-7 (codegen/special.py)
 INEXACT_IN_TORCH = {"bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"}
+
+
+def _varies(node: Node) -> bool:
+    """Whether the tree holds an input (params are names with a single value)."""
+    return (node.op == "name" and node.lo < node.hi) or any(_varies(arg) for arg in node.args)
 
 
 def _uses(node: Node, names) -> bool:
