@@ -35,6 +35,7 @@ machine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import random
@@ -228,8 +229,8 @@ class _Point:
     them all, its common subexpressions computed once, costs about as much as one formula. The
     values at each shifted point of the condition number are kept for every formula's kappa."""
 
-    def __init__(self, joint, singles, values):
-        self._joint, self._singles, self.values = joint, singles, values
+    def __init__(self, joint, single, kept, values):
+        self._joint, self._single, self._kept, self.values = joint, single, kept, values
         self._shifted: dict[int, list] = {}
 
     def agreed(self) -> list:
@@ -263,7 +264,7 @@ class _Point:
             try:
                 results = self._joint(*(mpmath.mpf(v) for v in values))
             except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
-                return [_evaluated(single, values, digits) for single in self._singles]
+                return [_evaluated(self._single(i), values, digits) for i in self._kept]
             return [_real(result, digits) for result in results]
 
 
@@ -275,7 +276,13 @@ def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symb
     the condition number runs over all of them."""
     modules = [_memoized_functions(), "mpmath"]
     formulas = list(partial_formulas)
-    singles = [sympy.lambdify(variables, formula, modules=modules) for formula in formulas]
+
+    @functools.cache
+    def single(i: int):
+        """Formula i on its own, lambdified where first needed: only at a point where the joint
+        function raises, and lambdifying every formula up front was a fifth of the oracle's time."""
+        return sympy.lambdify(variables, formulas[i], modules=modules)
+
     every = list(range(len(formulas)))
     fast = [i for i in every if not _slow(formulas[i])]  # the formulas judged at every point
     joints = {}
@@ -286,7 +293,7 @@ def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symb
         key = tuple(kept)
         if key not in joints:
             joints[key] = sympy.lambdify(variables, [formulas[i] for i in kept], modules=modules, cse=True)
-        at = _Point(joints[key], [singles[i] for i in kept], values)
+        at = _Point(joints[key], single, kept, values)
         truths = dict(zip(kept, at.agreed()))
         for i, row in enumerate(table):
             row.append(Truth(truths[i], at, kept.index(i)) if i in truths else Truth(None))

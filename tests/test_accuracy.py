@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 
 import mpmath
@@ -80,6 +81,33 @@ def test_two_precisions_must_agree():
     (row,) = accuracy.exact([sympy.log(x)], [x], [(-1.0,), (2.0,)])
     assert row[0].value is None  # no real value
     assert float(row[1].value) == math.log(2.0)
+
+
+def test_exact_values_and_condition_numbers_do_not_depend_on_mpmaths_backend():
+    """mpmath computes in GMP's integers where gmpy2 is installed (a dependency) and in Python's
+    otherwise: the oracle's truths, which the generated tests hold, and its condition numbers must
+    be the same numbers either way, near 0 (thousands of digits) too."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sympy, mpmath.libmp\n"
+        "from codegen import accuracy\n"
+        "x, a = sympy.symbols('x a', real=True)\n"
+        "g = (1 - sympy.cos(a * x)) / x**2\n"
+        "k = sympy.besselk(1, 2 + x)\n"
+        "table = accuracy.exact([g, g.diff(x, 3), k, k.diff(x, 2)], [x, a], [(1e-150,), (0.5,), (-3.0,), (2.0**-30,)],"
+        " [1.5])\n"
+        "print(mpmath.libmp.BACKEND, [[(str(t.value), t.kappa) for t in row] for row in table])\n"
+    )
+    runs = {}
+    for env in ({}, {"MPMATH_NOGMPY": "1"}):
+        result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True,
+                                env={**os.environ, **env})
+        backend, values = result.stdout.split(" ", 1)
+        runs[backend] = values
+    assert set(runs) == {"gmpy", "python"}
+    assert runs["gmpy"] == runs["python"]
 
 
 def test_slow_functions_remembered_per_point_give_each_precision_its_own_value():
