@@ -99,6 +99,26 @@ def strategy_matrix(names, strategies) -> list:
     return params
 
 
+# DimeNet's Bessel basis: 8 outputs, 3 to 10 s a build (its fused build, every candidate: 10 s)
+HEAVY_EXAMPLES = frozenset({"bessel_basis"})
+
+
+def fast_choice(params: list, choices: dict) -> list:
+    """``strategy_matrix``'s params with ``make test``'s choice for each name in ``choices`` set to
+    the one given (None: no choice, the name runs in ``make test-all`` only); ``make test-all`` runs
+    every pair as before. For names whose turn would fall on a build taking several seconds."""
+    import pytest
+
+    changed = []
+    for param in params:
+        name, choice = param.values
+        if name in choices:
+            slow = choice != choices[name]
+            param = pytest.param(name, choice, id=param.id, marks=(pytest.mark.slow,) if slow else ())
+        changed.append(param)
+    return changed
+
+
 def run_shard(check, shard: int, shards: int, examples: int, **strategies) -> None:
     """Run the property ``check`` (a function of the drawn ``strategies``' values) on ``shard``'s
     part (of ``shards``) of an ``examples`` budget: ``given(**strategies)`` at examples / shards

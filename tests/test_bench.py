@@ -369,6 +369,7 @@ def test_profiled_kernel_count_equals_the_dispatch_count_on_eager_code(tmp_path)
             assert bench.count_kernels_profiled(work) == bench.count_ops(work), (candidate.label, order)
 
 
+@pytest.mark.slow  # torch.compile's inductor: 10 s
 @pytest.mark.compile
 def test_a_fused_level_counts_as_one_kernel(tmp_path):
     """A dispatch mode makes torch.compile run eagerly: bench times first, and counts fused work
