@@ -83,6 +83,10 @@ class FunctionPlan:
     # intermediates: per gradient, (cotangent, name of d(output)/d(input) in ``backward``) for each
     # cotangent that contributes; cotangents of unused outputs arrive as None and are skipped
     accumulations: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # intermediates: per gradient whose terms have constant parts in two or more places, (gradient,
+    # name of their sum, (cotangent, name of the constant part) for each): summed apart from the rest,
+    # then added, as (1 + expm1(x)) - (1 + expm1(-x)) would cancel where x is small (sinh at order 2)
+    constant_sums: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = ()
     # nested: the trailing inputs that are values computed by an earlier level (constants to
     # autograd: their gradients are None), and the trailing outputs that are values for later levels
     constants: tuple[str, ...] = ()
@@ -409,10 +413,10 @@ def _single_level(classes, strategy, outputs, inputs, namer: Namer, stable) -> F
     exact = strategy != "save_outputs"
     local = Namer(namer.taken)
     grad_names = [local.fresh(f"grad_{x}") for x in inputs]
-    accumulations = ()
+    accumulations = constant_sums = ()
     if len(results) > 1:
-        backward, accumulations = _accumulated_backward(results, raw, cotangents, inputs, grad_names, local,
-                                                        known, stable)
+        backward, accumulations, constant_sums = _accumulated_backward(results, raw, cotangents, inputs, grad_names,
+                                                                       local, known, stable)
     else:
         gradients = symbolic.vjp(raw, _symbols(cotangents), list(inputs))
         gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
@@ -420,7 +424,9 @@ def _single_level(classes, strategy, outputs, inputs, namer: Namer, stable) -> F
                           taken=local.taken)
     limits.check(1, backward.values)  # the first derivative, as nested checks each of its levels
     used = backward.reads
-    used |= {x for x, (_, contributions) in zip(inputs, accumulations) if not contributions}  # zeros like x
+    summed = {grad for grad, _, _ in constant_sums}
+    used |= {x for x, (grad, contributions) in zip(inputs, accumulations)
+             if not contributions and grad not in summed}  # zeros like x
     saved = tuple(name for name in (*(str(x) for x in inputs), *(r.name for r in results)) if _symbol(name) in used)
     tangents, jvp_block, saved_for_forward = _forward_mode(results, raw, inputs, namer, known, exact, stable)
     saved = _kept(saved, saved_for_forward, order=[*(str(x) for x in inputs), *(r.name for r in results)])
@@ -438,6 +444,7 @@ def _single_level(classes, strategy, outputs, inputs, namer: Namer, stable) -> F
         jvp=jvp_block,
         saved_for_forward=saved,
         accumulations=accumulations,
+        constant_sums=constant_sums,
     )
 
 
@@ -447,18 +454,41 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
     Each term d(output)/d(input) is CSE'd without its cotangent, so that a cotangent that arrives
     as None (the caller never used that output) costs nothing: no zero-filled tensor, no product.
     An input no output depends on has no contributions: its gradient is zeros like the input.
+    Where two or more terms have a constant part (a number or params: d expm1(u)/du = expm1(u) + 1),
+    the constant parts are summed apart (``FunctionPlan.constant_sums``).
     """
-    terms, accumulations = [], []
+    tensors = {*inputs, *_symbols(r.name for r in results)}
+    terms, accumulations, constant_sums = [], [], []
     for x, grad_name in zip(inputs, grad_names):
-        contributions = []
+        partials = []
         for result, expr, cotangent in zip(results, raw, cotangents):
             partial = symbolic.in_terms_of(stable(symbolic.clean(sympy.diff(expr, x))), known, exact=True)
             if partial != 0:
-                name = local.fresh(f"d{result.name}_d{x}")
-                terms.append(Result(name, partial))
-                contributions.append((cotangent, name))
+                partials.append((result, cotangent, partial))
+        apart = sum(_constant_apart(partial, tensors)[1] != 0 for *_, partial in partials) > 1
+        contributions, constants = [], []
+        for result, cotangent, partial in partials:
+            variable, constant = _constant_apart(partial, tensors) if apart else (partial, 0)
+            for part, kept, suffix in ((variable, contributions, ""), (constant, constants, "_constant")):
+                if part != 0:
+                    name = local.fresh(f"d{result.name}_d{x}{suffix}")
+                    terms.append(Result(name, part))
+                    kept.append((cotangent, name))
         accumulations.append((grad_name, tuple(contributions)))
-    return _block(terms, taken=local.taken, inline=True), tuple(accumulations)
+        if constants:
+            constant_sums.append((grad_name, local.fresh(f"constant_{grad_name}"), tuple(constants)))
+    return _block(terms, taken=local.taken, inline=True), tuple(accumulations), tuple(constant_sums)
+
+
+def _constant_apart(partial: sympy.Expr, tensors) -> tuple[sympy.Expr, sympy.Expr]:
+    """(the terms of ``partial`` that read a tensor, the terms that do not), products distributed over
+    sums at the top (a*(expm1(a*x) + 1) has the constant part a)."""
+    variable, constant = [], []
+    distributed = sympy.expand(partial, deep=False, mul=True, multinomial=False, power_exp=False, power_base=False,
+                               log=False)
+    for term in sympy.Add.make_args(distributed):
+        (variable if term.free_symbols & tensors else constant).append(term)
+    return sympy.Add(*variable), sympy.Add(*constant)
 
 
 def _kept(*groups, order) -> tuple[str, ...]:

@@ -695,20 +695,37 @@ def _readers(block: Block) -> dict[str, set[str]]:
 
 
 def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
-    """Each gradient as the sum of the terms whose cotangent arrived (None: that output went unused)."""
+    """Each gradient as the sum of the terms whose cotangent arrived (None: that output went unused),
+    the terms' constant parts summed apart where ``fn.constant_sums`` says so."""
     terms = {r.name: r.expr for r in fn.backward.results}
+    sums = {grad: (name, parts) for grad, name, parts in fn.constant_sums}
     lines = [f"{name} = {printer.doprint(value)}" for name, value in fn.backward.temporaries]
     for x, (grad, contributions) in zip(fn.inputs, fn.accumulations):
-        if not contributions:  # no output depends on x; the cotangents here may all be None
+        if not contributions and grad not in sums:  # no output depends on x; the cotangents may all be None
             lines.append(f"{grad} = torch.zeros_like({x})")
             continue
-        for position, (cotangent, term) in enumerate(contributions):
-            product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
-            if position == 0:
-                lines.append(f"{grad} = None if {cotangent} is None else {product}")
+        lines += _summed_lines(grad, contributions, terms, printer)
+        if grad in sums:
+            name, parts = sums[grad]
+            lines.append("# the constant parts apart: (1 + expm1(u)) - (1 + expm1(v)) cancels where u, v are small")
+            lines += _summed_lines(name, parts, terms, printer)
+            if contributions:
+                lines += [f"if {name} is not None:", f"    {grad} = _accumulate({grad}, {name})"]
             else:
-                lines.append(f"if {cotangent} is not None:")
-                lines.append(f"    {grad} = _accumulate({grad}, {product})")
+                lines.append(f"{grad} = {name}")
+    return lines
+
+
+def _summed_lines(total: str, contributions, terms: dict, printer: TorchPrinter) -> list[str]:
+    """``total`` = the sum of cotangent * term over the contributions whose cotangent is not None."""
+    lines = []
+    for position, (cotangent, term) in enumerate(contributions):
+        product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
+        if position == 0:
+            lines.append(f"{total} = None if {cotangent} is None else {product}")
+        else:
+            lines.append(f"if {cotangent} is not None:")
+            lines.append(f"    {total} = _accumulate({total}, {product})")
     return lines
 
 

@@ -100,7 +100,7 @@ def _levels(plan) -> list[Level]:
         if fn.backward is not None:
             grads = [grad for grad, _ in fn.accumulations] or [r.name for r in fn.backward.results]
             signature = f"backward({', '.join(fn.cotangents)}) -> {', '.join(grads)}"
-            backward = _step(signature, fn.backward, _accumulated(fn.accumulations))
+            backward = _step(signature, fn.backward, _accumulated(fn.accumulations, fn.constant_sums))
         levels.append(Level(fn.class_name, fn.summary, forward, tuple(fn.saved), backward, fn.next_level))
     return levels
 
@@ -115,11 +115,14 @@ def _step(signature: str, block, accumulated=()) -> Step:
     return Step(signature, shared, results, ops)
 
 
-def _accumulated(accumulations) -> tuple[tuple[str, sympy.Expr], ...]:
-    """grad_x = sum of cotangent*term over the outputs that depend on x (intermediates)."""
+def _accumulated(accumulations, constant_sums=()) -> tuple[tuple[str, sympy.Expr], ...]:
+    """grad_x = sum of cotangent*term over the outputs that depend on x (intermediates), the terms'
+    constant parts (summed apart in the code) among them."""
+    constants = {grad: parts for grad, _, parts in constant_sums}
     sums = []
     for grad, contributions in accumulations:
-        terms = [sympy.Symbol(c, real=True) * sympy.Symbol(t, real=True) for c, t in contributions]
+        terms = [sympy.Symbol(c, real=True) * sympy.Symbol(t, real=True)
+                 for c, t in (*contributions, *constants.get(grad, ()))]
         sums.append((grad, sympy.Add(*terms)))
     return tuple(sums)
 

@@ -4,6 +4,7 @@ condition number, the build's warnings and the generated tests' exact values, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -133,15 +134,21 @@ def test_slow_functions_remembered_per_point_give_each_precision_its_own_value()
 
 
 def test_oracle_finds_the_cancellation_autograd_avoids(tmp_path):
-    """The tutorial's exp form of sinh cancels near 0 at order 2 (intermediates adds the
-    gradients of expm1(x) and expm1(-x)); autograd through torch.sinh does not."""
+    """The tutorial's exp form of sinh, with the gradients of expm1(x) and expm1(-x) added whole as
+    dbgen did before it summed their constant parts apart, cancels near 0 at order 2; autograd
+    through torch.sinh does not, nor does what dbgen prints."""
     plan = _plan(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
-    report = accuracy.measure(plan, 64, ("float64",))
+    (function,) = plan.functions
+    (grad, contributions), = function.accumulations
+    ((_, _, constants),) = function.constant_sums
+    added_whole = dataclasses.replace(function, accumulations=((grad, contributions + constants),), constant_sums=())
+    report = accuracy.measure(dataclasses.replace(plan, functions=(added_whole,)), 64, ("float64",))
     by_order = {f.order: f for f in report.dbgen}
     assert by_order[0].max_excess <= accuracy.BOUND_BITS["float64"]  # expm1: exact near 0
     assert by_order[2].max_excess > 40
     assert all(f.max_excess <= 1 for f in report.autograd)
     assert report.over_bound() and "worst: order 2 loses" in report.warnings()[0]
+    assert not accuracy.measure(plan, 64, ("float64",)).over_bound()
 
 
 def test_accurate_spec_is_within_the_bound_at_every_order(tmp_path):
@@ -152,6 +159,18 @@ def test_accurate_spec_is_within_the_bound_at_every_order(tmp_path):
     assert {(f.dtype, f.order) for f in report.dbgen} == {(d, k) for d in ("float64", "float32") for k in range(4)}
 
 
+@pytest.mark.parametrize("expr", ["sinh(x)", "cosh(x)", "sinh(2*x) + x", "3*sinh(a*x)"])
+def test_the_tutorials_intermediates_are_exact_near_0_at_every_order(tmp_path, expr):
+    """sinh and cosh as expm1(u) and expm1(-u), returned as extra outputs: autograd's second pass
+    sends each a gradient, and d expm1(u)/du = expm1(u) + 1; the constant parts summed with the
+    rest cancelled, (1 + x) - (1 - x) in float, every bit of sinh lost at x = 1e-17 (the bundled
+    sinh warned at its own build). They are summed apart."""
+    plan = _plan(tmp_path, name="tut", expr=expr, inputs=["x"], params={"a": 1.5}, order=3, strategy="intermediates")
+    assert plan.functions[0].constant_sums, "no exp(u), exp(-u) intermediates: the test tests nothing"
+    report = accuracy.measure(plan, 64, composed=False)
+    assert not report.over_bound(), accuracy.report_text(report)
+
+
 def test_torch_own_error_is_named_not_counted(tmp_path):
     plan = _plan(tmp_path, name="lg", expr="lgamma(a)", inputs=["a"], order=2, domain={"a": [0.5, 5]})
     report = accuracy.measure(plan, 48, ("float64",))
@@ -159,13 +178,18 @@ def test_torch_own_error_is_named_not_counted(tmp_path):
     assert not report.over_bound()
 
 
+# log(cosh(x)) near 0 (issue 27, not yet fixed): |x| + softplus(-2|x|) - log(2), accurate far out,
+# is x**2/2 by cancellation; every bit lost at x = 1e-12 (autograd's log(cosh(x)) rounds to 0 too)
+LOSES_AT_ORDER_0 = dict(name="log_cosh", expr="log(cosh(x))", inputs=["x"], order=1)
+
+
 def test_build_warns_and_strict_refuses(tmp_path):
-    spec = _spec_file(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
+    spec = _spec_file(tmp_path, **LOSES_AT_ORDER_0)
     warnings = []
     pipeline.generate(spec, root=tmp_path, on_spec=lambda s, t, notes=(), found=(): warnings.extend(found))
-    assert any("order 2 loses" in w for w in warnings)
+    assert any("order 0 loses" in w for w in warnings)
     result = run_dbgen(["build", str(spec), "-o", "out", "--strict"], cwd=tmp_path)
-    assert result.returncode == 2 and "accuracy: order(s) 2 (float64)" in result.stderr
+    assert result.returncode == 2 and "accuracy: order(s) 0 (float64)" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -198,7 +222,7 @@ def test_cli_table_json_and_exit_code(tmp_path):
     assert result.returncode == 0, result.stderr
     (data,) = json.loads(result.stdout)
     assert data["within_bound"] and {row["order"] for row in data["dbgen"]} == {0, 1}
-    bad = _spec_file(tmp_path, name="sinh", expr="sinh(x)", inputs=["x"], order=2, strategy="intermediates")
+    bad = _spec_file(tmp_path, **LOSES_AT_ORDER_0)
     result = run_dbgen(["accuracy", str(bad), "--points", "32", "--dtype", "float64"], cwd=tmp_path)
     assert result.returncode == 1 and "OVER" in result.stdout and "dbgen mean/max" in result.stdout
     result = run_dbgen(["accuracy", str(good), "--dtype", "float16"], cwd=tmp_path)
