@@ -707,7 +707,7 @@ def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
         lines += _summed_lines(grad, contributions, terms, printer)
         if grad in sums:
             name, parts = sums[grad]
-            lines.append("# the constant parts apart: (1 + expm1(u)) - (1 + expm1(v)) cancels where u, v are small")
+            lines.append("# the constant parts apart, lest (1 + u) - (1 + v) cancel")
             lines += _summed_lines(name, parts, terms, printer)
             if contributions:
                 lines += [f"if {name} is not None:", f"    {grad} = _accumulate({grad}, {name})"]
