@@ -206,10 +206,21 @@ def _parse(text: str, inputs, params, declared: dict[str, type]) -> sympy.Expr:
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
     functions = {**FUNCTIONS, **{name: (cls, cls.arity) for name, cls in declared.items()}}
     builder = _Builder(symbols, inputs, params, names_known, functions)
-    result = number(builder.build(tree.body))  # a bare condition: 0/1
+    result = _without_ite(number(builder.build(tree.body)))  # a bare condition: 0/1
     _check_result(result)
     _check_constants(result)
     return result
+
+
+def _without_ite(result: sympy.Expr) -> sympy.Expr:
+    """``result`` with each if-then-else of conditions written with and, or and not.
+
+    SymPy writes the condition of a choice on a choice that way (clamp(clamp(relu(a), 2, 2), u, -2):
+    ITE(a > 0, a > 2, False)); no printer writes an ITE of tensors and Python bools alike, and its
+    rewrite for Python fails on a condition that is itself such a choice."""
+    if not result.has(sympy.logic.boolalg.ITE):
+        return result
+    return result.replace(lambda e: isinstance(e, sympy.logic.boolalg.ITE), lambda e: e.to_nnf())
 
 
 def _parse_bounded(text: str) -> ast.Expression:

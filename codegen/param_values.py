@@ -92,7 +92,11 @@ def _finite_checks(expr: sympy.Expr, inputs, domain):
     points = _sample_points(inputs, domain)
 
     def checks(values: dict[str, float]) -> list[bool]:
-        at_values = [f.xreplace({sympy.Symbol(n, real=True): sympy.Float(v) for n, v in values.items()}) for f in formulas]
+        rule = {sympy.Symbol(n, real=True): sympy.Float(v) for n, v in values.items()}
+        try:
+            at_values = [f.xreplace(rule) for f in formulas]
+        except TypeError:  # SymPy refuses a comparison that is not real there (x <= acos(a) at a = -2)
+            return [False] * (len(formulas) * len(points))
         return [not bad for row in not_finite(at_values, symbols, points) for bad in row]
 
     return checks
