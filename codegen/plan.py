@@ -460,15 +460,16 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
     tensors = {*inputs, *_symbols(r.name for r in results)}
     terms, accumulations, constant_sums = [], [], []
     for x, grad_name in zip(inputs, grad_names):
-        partials = []
+        partials = []  # (result, cotangent, the partial, its variable and constant parts)
         for result, expr, cotangent in zip(results, raw, cotangents):
             partial = symbolic.in_terms_of(stable(symbolic.clean(sympy.diff(expr, x))), known, exact=True)
             if partial != 0:
-                partials.append((result, cotangent, partial))
-        apart = sum(_constant_apart(partial, tensors)[1] != 0 for *_, partial in partials) > 1
+                partials.append((result, cotangent, partial, *_constant_apart(partial, tensors)))
+        apart = sum(constant != 0 for *_, constant in partials) > 1
         contributions, constants = [], []
-        for result, cotangent, partial in partials:
-            variable, constant = _constant_apart(partial, tensors) if apart else (partial, 0)
+        for result, cotangent, partial, variable, constant in partials:
+            if not apart:
+                variable, constant = partial, 0
             for part, kept, suffix in ((variable, contributions, ""), (constant, constants, "_constant")):
                 if part != 0:
                     name = local.fresh(f"d{result.name}_d{x}{suffix}")

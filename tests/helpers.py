@@ -80,43 +80,30 @@ def sample(shape, lo, hi, seed, dtype=torch.float64):
     return x.to(dtype).requires_grad_()
 
 
-def strategy_matrix(names, strategies) -> list:
+# DimeNet's Bessel basis: 8 outputs, 3 to 10 s a build (its fused build, every candidate: 10 s)
+HEAVY_EXAMPLES = frozenset({"bessel_basis"})
+
+
+def strategy_matrix(names, strategies, fixed: dict | None = None) -> list:
     """``pytest.param(name, strategy)`` for every pair, those outside the fast budget marked slow.
 
     ``strategies`` is one list for every name, or a function of the name giving its own list.
     ``make test`` runs each name under one strategy, in turn (the n-th name under the n-th of its
     strategies, so every strategy is run by some names: auto, which picks one of the others, among
-    them) and ``make test-all`` runs every pair: the strategy matrix, budgeted (issues 13, 30)."""
+    them) and ``make test-all`` runs every pair: the strategy matrix, budgeted (issues 13, 30).
+    ``fixed`` sets ``make test``'s strategy for a name whose turn would fall on a build of several
+    seconds (None: none, the name runs in ``make test-all`` only)."""
     import pytest
 
+    fixed = fixed or {}
     params = []
     for index, name in enumerate(names):
         choices = list(strategies(name) if callable(strategies) else strategies)
-        fast = choices[index % len(choices)]
+        fast = fixed[name] if name in fixed else choices[index % len(choices)]
         for strategy in choices:
             marks = () if strategy == fast else (pytest.mark.slow,)
             params.append(pytest.param(name, strategy, marks=marks, id=f"{name}-{strategy}"))
     return params
-
-
-# DimeNet's Bessel basis: 8 outputs, 3 to 10 s a build (its fused build, every candidate: 10 s)
-HEAVY_EXAMPLES = frozenset({"bessel_basis"})
-
-
-def fast_choice(params: list, choices: dict) -> list:
-    """``strategy_matrix``'s params with ``make test``'s choice for each name in ``choices`` set to
-    the one given (None: no choice, the name runs in ``make test-all`` only); ``make test-all`` runs
-    every pair as before. For names whose turn would fall on a build taking several seconds."""
-    import pytest
-
-    changed = []
-    for param in params:
-        name, choice = param.values
-        if name in choices:
-            slow = choice != choices[name]
-            param = pytest.param(name, choice, id=param.id, marks=(pytest.mark.slow,) if slow else ())
-        changed.append(param)
-    return changed
 
 
 def run_shard(check, shard: int, shards: int, examples: int, **strategies) -> None:

@@ -14,7 +14,7 @@ import yaml
 from torch.autograd.function import FunctionCtx
 
 from codegen import pipeline, write
-from helpers import HEAVY_EXAMPLES, calls_externals, derivative_chain, fast_choice, import_path, sample, strategy_matrix
+from helpers import HEAVY_EXAMPLES, calls_externals, derivative_chain, import_path, sample, strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = sorted((ROOT / "generated").glob("*.py"))
@@ -28,9 +28,8 @@ NESTED_ONLY = {name for name in EXAMPLES if calls_externals(ROOT / "specs" / f"{
 def _builds_matrix() -> list:
     """(example, where) for the checked-in module and every build of it; ``make test`` takes one
     per example, in turn (a heavy one as checked in), ``make test-all`` all."""
-    matrix = strategy_matrix(EXAMPLES, lambda name: ["checked_in", "nested"] if name in NESTED_ONLY
-                             else ["checked_in", *BUILDS])
-    return fast_choice(matrix, dict.fromkeys(HEAVY_EXAMPLES, "checked_in"))
+    return strategy_matrix(EXAMPLES, lambda name: ["checked_in", "nested"] if name in NESTED_ONLY
+                           else ["checked_in", *BUILDS], fixed=dict.fromkeys(HEAVY_EXAMPLES, "checked_in"))
 
 
 def _spec_of(path: Path) -> dict:

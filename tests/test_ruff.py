@@ -9,7 +9,7 @@ import pytest
 from ruff.__main__ import find_ruff_bin
 
 from codegen import pipeline, write
-from helpers import HEAVY_EXAMPLES, fast_choice, strategy_matrix
+from helpers import HEAVY_EXAMPLES, strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,8 +38,7 @@ def _build(tmp_path: Path, name: str, options: dict) -> Path:
 
 # make test: each example once, the builds in turn, but the heavy ones only as checked in (the
 # test above); make test-all: every pair
-@pytest.mark.parametrize("name, build", fast_choice(strategy_matrix(EXAMPLES, BUILDS),
-                                                    dict.fromkeys(HEAVY_EXAMPLES)))
+@pytest.mark.parametrize("name, build", strategy_matrix(EXAMPLES, BUILDS, fixed=dict.fromkeys(HEAVY_EXAMPLES)))
 def test_every_build_passes_ruff(tmp_path, name, build):
     """Every file a build writes passes ruff's default checks and is ruff-formatted at the
     project's line length (at 100, a file formatted to 88 would be reformatted: ruff joins lines
