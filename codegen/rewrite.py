@@ -105,6 +105,34 @@ expm1_opt = ReplaceOptim(
 )
 
 
+def _sigmoid_difference(add):
+    """(term, partner, replacement) for terms rest*sigmoid(w) and -rest*sigmoid(-w) of ``add``, or
+    c*sigmoid(w) and the constant -c/2, whose sum is rest*tanh(w/2) or c/2*tanh(w/2); else None."""
+    terms = set(add.args)
+    for term in add.args:
+        for factor in sympy.Mul.make_args(term):
+            base, power = factor.as_base_exp()
+            if isinstance(base, sigmoid) and power.is_Integer and power > 0:
+                rest, half = term / base, sympy.tanh(base.args[0] / 2)
+                partner = -rest * sigmoid(-base.args[0])
+                if partner in terms:
+                    return term, partner, rest * half
+                if rest.is_Number and -rest / 2 in terms:
+                    return term, -rest / 2, rest / 2 * half
+    return None
+
+
+def _tanh_of_half(add):
+    term, partner, replacement = _sigmoid_difference(add)
+    return add - term - partner + replacement
+
+
+# c*sigmoid(u) - c*sigmoid(-u) -> c*tanh(u/2), 1 - 2*sigmoid(u) -> -tanh(u/2): the sigmoids are 1/2
+# near u = 0, where the difference is u/4 (softplus's and SiLU's third derivatives, which hold it,
+# lost every bit at u = 1e-17).
+sigmoid_difference_opt = ReplaceOptim(lambda e: e.is_Add and _sigmoid_difference(e) is not None, _tanh_of_half)
+
+
 def _sigmoid_form(factor):
     """(exp(a) + exp(b))**-n as exp(-n*a) * sigmoid(a - b)**n for either choice of a."""
     a, b = _two_exponentials(factor.base)
@@ -434,6 +462,7 @@ RULES = (
     ("combine_exponentials", combine_exp_opt),
     ("absorb_exp_into_sigmoid", absorb_opt),
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
+    ("sigmoid_difference", sigmoid_difference_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
     ("sech2", sech2_opt),
@@ -455,6 +484,7 @@ NEEDS = {
     "combine_exponentials": ((sympy.exp,),),
     "absorb_exp_into_sigmoid": ((sympy.exp,), (sigmoid,)),
     "one_minus_sigmoid": ((sigmoid,),),
+    "sigmoid_difference": ((sigmoid,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
     "sech2": ((sympy.tanh,),),

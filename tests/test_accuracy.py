@@ -171,6 +171,15 @@ def test_the_tutorials_intermediates_are_exact_near_0_at_every_order(tmp_path, e
     assert not report.over_bound(), accuracy.report_text(report)
 
 
+@pytest.mark.parametrize("expr", ["x * sigmoid(x)", "softplus(x) + x**2 / 4"])
+def test_sigmoids_difference_is_exact_near_0(tmp_path, expr):
+    """SiLU's and softplus's third derivatives hold sigmoid(-x) - sigmoid(x), 1/2 - 1/2 near 0 where
+    the difference is -x/2: every bit was lost at x = 1e-17. Written tanh(x/2) (rewrite.py)."""
+    plan = _plan(tmp_path, name="sig", expr=expr, inputs=["x"], order=3, strategy="nested")
+    report = accuracy.measure(plan, 64, composed=False)
+    assert not report.over_bound(), accuracy.report_text(report)
+
+
 def test_torch_own_error_is_named_not_counted(tmp_path):
     plan = _plan(tmp_path, name="lg", expr="lgamma(a)", inputs=["a"], order=2, domain={"a": [0.5, 5]})
     report = accuracy.measure(plan, 48, ("float64",))

@@ -33,6 +33,8 @@ CASES = {
                 ("exp(x)/(exp(x) + exp(y))", "torch.sigmoid(x - y)")],
     "absorb_exp_into_sigmoid": [("exp(-x)/(1 + exp(-x))**2", "torch.sigmoid(-x)*torch.sigmoid(x)")],
     "one_minus_sigmoid": [("1 - sigmoid(x)", "torch.sigmoid(-x)"), ("sigmoid(y) - 1", "-torch.sigmoid(-y)")],
+    "sigmoid_difference": [("3*sigmoid(-x) - 3*sigmoid(x)", "-3*torch.tanh(x/2)"), ("1 - 2*sigmoid(y)", "-torch.tanh(y/2)"),
+                           ("y*sigmoid(x)**2 - y*sigmoid(x)*sigmoid(-x)", "y*torch.tanh(x/2)*torch.sigmoid(x)")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
     "sech2": [("y*(1 - tanh(x)**2)", "torch.ops.aten.tanh_backward(y, torch.tanh(x))"),
               ("1 - tanh(x)**2", "(1 - torch.tanh(x))*(torch.tanh(x) + 1)")],
