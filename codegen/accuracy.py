@@ -530,47 +530,76 @@ def measure(plan, count: int = 256, dtypes: Sequence[str] = ("float64", "float32
     Returns:
         A ``Report``.
     """
-    from .domain import at_defaults
-    from .memory import module_function, written_function
+    return Oracle(plan.spec, count, dtypes, seed).measure(plan, composed, source)
 
-    spec = plan.spec
-    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
-    params = [sympy.Symbol(name, real=True) for name in spec.param_names]
-    exprs = _unguarded(plan)
-    partial_list = partials(exprs, inputs, spec.order)
-    marks = [thresholds([at_defaults(e, spec) for e in exprs], s) for s in inputs]
-    base = sample([spec.bounds(name) for name in spec.inputs], count, seed, marks)
-    subjects = {"dbgen": module_function(plan, source)}
-    if composed:
-        subjects["autograd"] = written_function(spec)
-    names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
-    results: dict[str, list[Figures]] = {name: [] for name in subjects}
-    samples, table = [], []
-    for dtype in dtypes:
-        points = [tuple(_rounded(v, dtype) for v in p) for p in base]
-        points = [p for p in points if all(math.isfinite(v) for v in p)]
-        truths = exact([p.formula for p in partial_list], [*inputs, *params], points,
-                       [value for _, value in spec.params])
-        per_subject = {}
-        for name, fn in subjects.items():
-            try:
-                values = autograd_values(fn, points, dtype, spec.order, len(exprs), spec.stack)
-            except Exception:  # torch cannot run or differentiate the composed formula
-                if name == "dbgen":
-                    if dtype == "float64" or not _refused_scalar(spec, dtype):
-                        raise
+
+class Oracle:
+    """The truth for one spec: its partial derivatives, the sampled points and their exact values
+    per dtype, computed once; ``measure`` compares any plan of the spec with them (auto measures
+    each candidate it passes over with the same truth).
+
+    Args:
+        spec: the spec whose formulas are the truth's source (as parsed, before guards or rewrites).
+        count, dtypes, seed: as ``measure``'s.
+    """
+
+    def __init__(self, spec, count: int = 256, dtypes: Sequence[str] = ("float64", "float32"), seed: int = 0):
+        from .domain import at_defaults
+
+        self.spec = spec
+        self.inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+        params = [sympy.Symbol(name, real=True) for name in spec.param_names]
+        self.exprs = _unguarded(spec)
+        self.partials = partials(self.exprs, self.inputs, spec.order)
+        marks = [thresholds([at_defaults(e, spec) for e in self.exprs], s) for s in self.inputs]
+        base = sample([spec.bounds(name) for name in spec.inputs], count, seed, marks)
+        self.sampled = len(base)
+        self.dtypes = dtypes
+        self._points = {dtype: [p for p in (tuple(_rounded(v, dtype) for v in point) for point in base)
+                                if all(math.isfinite(v) for v in p)] for dtype in dtypes}
+        self._variables = [*self.inputs, *params]
+        self._truths: dict[str, list[list[Truth]]] = {}
+
+    def truths(self, dtype: str) -> list[list[Truth]]:
+        """Per partial, per point of ``dtype``: the exact value, computed on first use."""
+        if dtype not in self._truths:
+            self._truths[dtype] = exact([p.formula for p in self.partials], self._variables, self._points[dtype],
+                                        [value for _, value in self.spec.params])
+        return self._truths[dtype]
+
+    def measure(self, plan, composed: bool = True, source: str | None = None) -> Report:
+        """The ``Report`` on ``plan`` (a plan of this spec), as ``measure`` describes it."""
+        from .memory import module_function, written_function
+
+        spec = self.spec
+        subjects = {"dbgen": module_function(plan, source)}
+        if composed:
+            subjects["autograd"] = written_function(spec)
+        names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
+        results: dict[str, list[Figures]] = {name: [] for name in subjects}
+        samples, table = [], []
+        for dtype in self.dtypes:
+            points = self._points[dtype]
+            per_subject = {}
+            for name, fn in subjects.items():
+                try:
+                    values = autograd_values(fn, points, dtype, spec.order, len(self.exprs), spec.stack)
+                except Exception:  # torch cannot run or differentiate the composed formula
+                    if name == "dbgen":
+                        if dtype == "float64" or not _refused_scalar(spec, dtype):
+                            raise
+                        continue
+                    results.pop(name, None)
                     continue
-                results.pop(name, None)
-                continue
-            per_subject[name] = values
-            results[name].extend(figures(partial_list, truths, values, points, dtype, names))
-        if "dbgen" not in per_subject:
-            continue  # a param that torch refuses as a scalar of this dtype (1e300 in float32)
-        samples.extend(_samples(partial_list, truths, per_subject, points, dtype, names))
-        table.extend(_table(partial_list, truths, per_subject["dbgen"], points, dtype))
-    return Report(spec.name, spec.path, len(base), tuple(results["dbgen"]),
-                  tuple(results["autograd"]) if "autograd" in results else None, tuple(samples), tuple(table),
-                  limited_by([p.formula for p in partial_list]))
+                per_subject[name] = values
+                results[name].extend(figures(self.partials, self.truths(dtype), values, points, dtype, names))
+            if "dbgen" not in per_subject:
+                continue  # a param that torch refuses as a scalar of this dtype (1e300 in float32)
+            samples.extend(_samples(self.partials, self.truths(dtype), per_subject, points, dtype, names))
+            table.extend(_table(self.partials, self.truths(dtype), per_subject["dbgen"], points, dtype))
+        return Report(spec.name, spec.path, self.sampled, tuple(results["dbgen"]),
+                      tuple(results["autograd"]) if "autograd" in results else None, tuple(samples), tuple(table),
+                      limited_by([p.formula for p in self.partials]))
 
 
 def _refused_scalar(spec, dtype: str) -> bool:
@@ -608,11 +637,10 @@ def _samples(partial_list, truths, per_subject, points, dtype, names):
                        None if theirs is None else bits(theirs[p], truth.value, dtype))
 
 
-def _unguarded(plan) -> list[sympy.Expr]:
+def _unguarded(spec) -> list[sympy.Expr]:
     """The spec's formulas as parsed, before guards or rewrites: the truth's source."""
     from .pipeline import _formula_keys, _parsed
 
-    spec = plan.spec
     return [_parsed(spec, key, text) for key, (_, text) in zip(_formula_keys(spec), spec.formulas)]
 
 

@@ -135,6 +135,23 @@ class Budget:
             self.deadline, self.order, self.size = outer
             self._rearm()
 
+    @contextlib.contextmanager
+    def paused(self):
+        """Work that is not the spec's symbolic work (the accuracy oracle measuring a candidate):
+        the deadline moves by the time it takes."""
+        if self.deadline is None:
+            yield self
+            return
+        left = self.deadline - time.monotonic()
+        self.deadline = None
+        if self.alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            yield self
+        finally:
+            self.deadline = time.monotonic() + left
+            self._rearm()
+
     def _rearm(self) -> None:
         if self.alarm:
             signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3))
@@ -159,6 +176,22 @@ def attempt(share: float = 0.5):
         return
     with budget.attempt(share):
         yield budget
+
+
+@contextlib.contextmanager
+def paused():
+    """``Budget.paused`` of the spec's budget, whose hooks check nothing in the block (the oracle's
+    own derivatives are not the plan's); a plain block when no budget is active."""
+    budget = _current.get()
+    if budget is None:
+        yield None
+        return
+    with budget.paused():
+        token = _current.set(None)
+        try:
+            yield budget
+        finally:
+            _current.reset(token)
 
 
 def tree_size(exprs) -> int:

@@ -268,6 +268,12 @@ def render_support(template: str, specs_path: str, digest: str,
 def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
     """The ``ModulePlan`` of one spec (imports SymPy and the later stages on first use); with
     ``check_domain``, a spec not finite on its domain is refused first (domain.py)."""
+    return _planned(spec, rewrite, check_domain)[0]
+
+
+def _planned(spec: Spec, rewrite: bool, check_domain: bool):
+    """``plan_spec``'s plan, and the accuracy oracle's report on it where auto measured it (else
+    None)."""
     from .branches import guard
     from .memory import excess
     from .plan import make_plan
@@ -279,13 +285,52 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
                      for key, (_, text) in zip(keys, spec.formulas))
     guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
-    plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=excess)
+    accurate = AccuracyBound(spec)
+    plan = make_plan(spec, guarded, stabilize if rewrite else identity,
+                     accept=(("the memory bound", excess), ("the accuracy bound", accurate.refusal)))
     if not checked:
         from . import domain
 
         for key, formula in formulas:
             domain.check(spec, formula, key)
-    return plan
+    return plan, accurate.reports.get(plan.strategy)
+
+
+class AccuracyBound:
+    """auto's second criterion, after the memory bound: a candidate the accuracy oracle finds over
+    its bound is passed over where a dearer one is within it (softplus at order 3: autograd through
+    save_inputs' backward, torch.sigmoid's, loses every bit of the third derivative near 0, which
+    nested's formulas keep). Each candidate is measured once at ``BUILD_POINTS``, all against one
+    truth (``accuracy.Oracle``); the chosen one's report is the build's."""
+
+    def __init__(self, spec: Spec):
+        self._spec = spec
+        self._oracle = None
+        self.reports = {}  # strategy -> accuracy.Report
+
+    def refusal(self, plan) -> str | None:
+        """None where ``plan`` is within the bound at every order; else where it loses most."""
+        from . import accuracy, limits
+
+        if plan.spec.externs:
+            return None  # no exact values to compare with
+        with limits.paused():  # measuring is not symbolic work
+            report = self._measured(plan)
+        over = report.over_bound()
+        if not over:
+            return None
+        worst = max(over, key=lambda figures: figures.max_excess)
+        return (f"loses {worst.max_excess:.0f} bits beyond its conditioning at order {worst.order} in "
+                f"{worst.dtype} (the accuracy oracle's bound: {accuracy.BOUND_BITS[worst.dtype]:g})")
+
+    def _measured(self, plan):
+        from . import accuracy
+
+        if plan.strategy not in self.reports:
+            if self._oracle is None:
+                self._oracle = accuracy.Oracle(plan.spec, BUILD_POINTS)
+            self.reports[plan.strategy] = self._oracle.measure(plan, composed=False)
+        return self.reports[plan.strategy]
 
 
 def _formula_keys(spec: Spec) -> tuple[str, ...]:
@@ -343,12 +388,13 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
 
     try:
         with bounds.enforced(limits):
-            plan = plan_spec(spec, rewrite, check_domain=True)
+            plan, measured = _planned(spec, rewrite, check_domain=True)
     except bounds.LimitExceeded as exceeded:
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
     digest = spec.digest(__version__, rewrite)
     module = render_module(plan, digest)
-    measured = measured_accuracy(plan, module)  # not symbolic work: outside the time limit
+    if measured is None:  # a strategy the spec chose: measured here, outside the time limit
+        measured = measured_accuracy(plan, module)
     files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": render_tests(plan, digest, measured)}
     return files, plan.notes, tuple(measured.warnings()) if measured else ()
 

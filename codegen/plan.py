@@ -189,13 +189,13 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
+def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
     """The plan for ``spec``, whose formula is ``expr`` (a tuple of them, one per output, for a
     vector-valued spec); ``stable`` rewrites each formula about to be printed (rewrite.py).
 
     ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
-    ``accept`` (a plan -> None, or why not; ``memory.excess`` in a build) takes; when it takes
-    none, the cheapest, and the reason says so.
+    every criterion of ``accept`` takes ((name, plan -> None or why not) pairs: in a build the
+    memory bound, then the accuracy bound); ``_ranked_choice`` says which where none does.
     """
     exprs = expr if isinstance(expr, tuple) else (expr,)
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
@@ -230,18 +230,42 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=None) -> ModulePlan:
     functions_of = {s: functions for s, (functions, _) in candidates.items()}
     strategy, reason = choose_strategy(spec, functions_of)
     notes = [f"{s} left out: {exceeded.dropped()}" for s, exceeded in dropped.items()]
-    if accept is not None:
+    if accept:
         costs = _costs(spec, functions_of)
-        for candidate in [strategy, *sorted((s for s in candidates if s != strategy), key=costs.get)]:
-            refused = accept(module_plan(candidate, reason))
-            if refused is None:
-                notes += [f"so {candidate}, the next cheapest"] if candidate != strategy else []
-                strategy = candidate
-                break
-            notes.append(f"{candidate} passed over: {refused}")
-        else:
-            notes.append(f"none keeps the memory bound, so the cheapest: {strategy}")
+        ranked = [strategy, *sorted((s for s in candidates if s != strategy), key=costs.get)]
+        strategy, taken = _ranked_choice(ranked, lambda s: module_plan(s, reason), accept)
+        notes += taken
     return replace(module_plan(strategy, "; ".join([reason, *notes])), notes=tuple(notes))
+
+
+def _ranked_choice(ranked: list[str], plan_of, criteria) -> tuple[str, list[str]]:
+    """The first of ``ranked`` that every one of ``criteria`` ((name, plan -> None or why not)
+    pairs) takes, and the notes that say why each one before it was passed over.
+
+    Where none takes them all, the first that passes the most of them in order (the first
+    outranks the second: a candidate within the memory bound but over the accuracy bound beats one
+    over the memory bound), with one note for a later criterion that none met in place of each
+    candidate's (the build warns of the accuracy bound itself); where none passes even the first,
+    ``ranked[0]``, with every candidate's.
+    """
+    refusals, passed = [], {}  # refusals: (how many criteria the candidate passed, note)
+    for candidate in ranked:
+        plan = plan_of(candidate)
+        passed[candidate] = 0
+        for _, criterion in criteria:
+            refused = criterion(plan)
+            if refused is not None:
+                refusals.append((passed[candidate], f"{candidate} passed over: {refused}"))
+                break
+            passed[candidate] += 1
+        else:
+            notes = [note for _, note in refusals]
+            return candidate, notes + ([f"so {candidate}, the next cheapest"] if candidate != ranked[0] else [])
+    chosen = max(ranked, key=passed.get)  # the first of the best
+    kept = passed[chosen]
+    names = [name for name, _ in criteria]
+    fallback = "the cheapest" if kept == 0 else f"the cheapest that keeps {' and '.join(names[:kept])}"
+    return chosen, [note for k, note in refusals if k < kept or kept == 0] + [f"none keeps {names[kept]}, so {fallback}: {chosen}"]
 
 
 def _nested_for_externals(spec: Spec, called) -> Spec:
