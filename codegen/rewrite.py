@@ -61,10 +61,53 @@ log_sigmoid_opt = ReplaceOptim(
     lambda e: -softplus(-e.args[0].args[0]),
 )
 
-# log(cosh(u)) -> |u| + softplus(-2|u|) - log(2): cosh(u) overflows long before log(cosh(u)) does.
+LOG_COSH_SPLIT = 4  # |u| where log_cosh_opt's two forms meet: the far one loses half a bit there
+
+
+class LogCoshNear(sympy.Function):
+    """LogCoshNear(u) = log(cosh(u)), computed as log1p(2*sinh(u/2)**2) (cosh(u) - 1 is
+    2*sinh(u/2)**2): exact near 0, where log(cosh(u)) rounds cosh(u) to 1. One node, not its
+    formula, so that no strategy takes its sinh for a call to share (intermediates would write it
+    through exp(u/2)); its derivative is tanh(u)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sympy.tanh(self.args[0])
+
+    def _eval_is_real(self):
+        return self.args[0].is_real
+
+    def _torchcode(self, printer, **kwargs):  # printer.TorchPrinter
+        half = printer.parenthesize(self.args[0], PRECEDENCE["Mul"], strict=True)
+        return f"torch.log1p(2 * torch.sinh({half} / 2) ** 2)"
+
+
+def _log_cosh(u):
+    """log(cosh(u)) in two regimes. Near 0, ``LogCoshNear``: log(cosh(u)) rounds cosh(u) to 1 and
+    the far form sums |u| and -|u| + u**2/2, both losing every bit of u**2/2 at u = 1e-9. Far out,
+    |u| + softplus(-2|u|) - log(2): cosh(u) overflows long before log(cosh(u)) does (at 89 in
+    float32). The near form reads u only where it is taken (a guard, so that autograd through it
+    sends no 0 * inf from sinh(u/2)**2 = inf)."""
+    from .branches import Guard
+
+    near = sympy.Abs(u) < LOG_COSH_SPLIT
+    far = sympy.Abs(u) + softplus(-2 * sympy.Abs(u)) - sympy.log(2)
+    return sympy.Piecewise((LogCoshNear(Guard(u, near, 0)), near), (far, True))
+
+
+def _log_cosh_argument(e):
+    """u where ``e`` is ``_log_cosh(u)``, else None."""
+    if not (isinstance(e, sympy.Piecewise) and len(e.args) == 2 and isinstance(e.args[0].expr, LogCoshNear)):
+        return None
+    u = e.args[0].expr.args[0].args[0]
+    return u if e == _log_cosh(u) else None
+
+
+# log(cosh(u)) -> _log_cosh(u): exact near 0, finite far out.
 log_cosh_opt = ReplaceOptim(
     lambda e: isinstance(e, sympy.log) and isinstance(e.args[0], sympy.cosh),
-    lambda e: sympy.Abs(e.args[0].args[0]) + softplus(-2 * sympy.Abs(e.args[0].args[0])) - sympy.log(2),
+    lambda e: _log_cosh(e.args[0].args[0]),
 )
 
 # log(1 + u) -> log1p(u): exact for small u.
@@ -529,8 +572,9 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
     A ``Ratio`` is a division again (``in_ratios`` writes the derivative's own). (1 - u)*(1 + u)
     is multiplied back into 1 - u**2: that rewrite is for accuracy only (``stabilize`` applies it
     again to the derivative), and the product rule on the two factors would print twice the terms.
-    |u| + softplus(-2*|u|) - log(2) is log(cosh(u)) again: its parts have kinks at u = 0 whose
-    derivatives (sign(u), then 0 almost everywhere) lose the smooth whole's second derivative there.
+    ``_log_cosh(u)`` and |u| + softplus(-2*|u|) - log(2) are log(cosh(u)) again: the regimes'
+    derivatives would be a choice between two formulas of tanh(u), and the far one's parts have
+    kinks at u = 0 whose derivatives (sign(u), then 0 almost everywhere) lose the smooth whole's.
     """
     def multiplied(mul):
         first, second, product = _square_pair(mul)
@@ -538,6 +582,8 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
 
     expr = expr.replace(lambda e: isinstance(e, Ratio), lambda e: e.args[0] / e.args[1])
     expr = expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
+    expr = expr.replace(lambda e: _log_cosh_argument(e) is not None,
+                        lambda e: sympy.log(sympy.cosh(_log_cosh_argument(e))))
     return expr.replace(_is_log_cosh_tail, lambda e: sympy.log(sympy.cosh(e.args[0].args[1].args[0]))
                         - e.args[0].args[1] + sympy.log(2))
 
@@ -590,5 +636,6 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "factored", "identity", "for_differentiation", "in_ratios", "RULES", "Sech2", "Ratio", "expm1", "log1p",
+__all__ = ["stabilize", "factored", "identity", "for_differentiation", "in_ratios", "RULES", "Sech2", "Ratio", "LogCoshNear",
+           "expm1", "log1p",
            "logaddexp", "hypot"]

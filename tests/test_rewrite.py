@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import mpmath
+
 import pytest
 import sympy
 import torch
@@ -14,7 +16,7 @@ from sympy.codegen.rewriting import optimize
 
 from codegen.expr import parse_expr
 from codegen.printer import TorchPrinter
-from codegen.rewrite import NEEDS, RULES, factored, kinds, may_match, stabilize
+from codegen.rewrite import NEEDS, RULES, factored, for_differentiation, kinds, may_match, stabilize
 from test_properties import R, scaled, text, trees
 
 NAMES = ("x", "y")
@@ -88,6 +90,22 @@ def test_rewritten_products_of_exponentials_are_finite_in_float32_near_0_and_1(t
     x = torch.tensor([0.005, 0.01, 0.02, 0.3, 0.7, 0.98, 0.99, 0.995], dtype=torch.float32)
     value = _evaluate(rewritten, x, torch.ones_like(x))
     assert torch.isfinite(value).all(), (rewritten, value)
+
+
+def test_log_cosh_is_exact_near_0_finite_far_out_and_differentiable_everywhere():
+    """Two regimes: log1p(2*sinh(x/2)**2) near 0 (log(cosh(x)) is 0 at x = 1e-9, true 5e-19), the
+    softplus form far out; autograd through the printed where is finite at 1e3 and 1e300 (the
+    near form, untaken there, reads a guarded x), and the next level differentiates log(cosh(x))."""
+    rewritten = stabilize(parse_expr("log(cosh(x))", NAMES, ()))
+    x = torch.tensor([1e-300, 1e-9, -1e-4, 0.5, -3.99, 4.0, 30.0, -1e3, 1e300], dtype=torch.float64,
+                     requires_grad=True)
+    value = _evaluate(rewritten, x, torch.zeros_like(x))
+    with mpmath.workdps(60):
+        truth = [float(mpmath.log(mpmath.cosh(mpmath.mpf(v)))) for v in x.tolist()]
+    torch.testing.assert_close(value, torch.tensor(truth, dtype=torch.float64), rtol=1e-15, atol=0)
+    (gradient,) = torch.autograd.grad(value.sum(), x)
+    assert torch.isfinite(gradient).all(), gradient
+    assert for_differentiation(rewritten) == parse_expr("log(cosh(x))", NAMES, ())
 
 
 def test_stabilize_leaves_stable_formulas_alone():
