@@ -389,6 +389,91 @@ hypot_opt = ReplaceOptim(
 )
 
 
+def _hypot_leaves(norm) -> tuple:
+    """a, b, c of hypot(hypot(a, b), c): the values whose squares sum to the norm's square."""
+    return tuple(leaf for arg in norm.args for leaf in (_hypot_leaves(arg) if isinstance(arg, hypot) else (arg,)))
+
+
+def _norm_of(base):
+    """The leaves of ``base`` as a frozenset, with 1 for a norm (hypot) and 2 for a sum of their
+    squares (its square); else None."""
+    if isinstance(base, hypot):
+        return frozenset(_hypot_leaves(base)), 1
+    roots = _squares(base)
+    return (frozenset(roots), 2) if roots and len(roots) > 1 else None
+
+
+def _norm_power(term, leaves):
+    """(rest, k): ``term`` as rest * R**k, R the norm of ``leaves`` (as hypot, or as the sum of
+    their squares R**2), rest free of R's powers."""
+    rest, k = [], 0
+    for factor in sympy.Mul.make_args(term):
+        base, exponent = factor.as_base_exp()
+        found = _norm_of(base)
+        if found and found[0] == leaves and exponent.is_Integer:
+            k += found[1] * int(exponent)
+        else:
+            rest.append(factor)
+    return sympy.Mul(*rest), k
+
+
+def _norm_leaf_sets(add) -> list:
+    found = {_norm_of(node.as_base_exp()[0]) for node in sympy.preorder_traversal(add)
+             if isinstance(node, (sympy.Pow, sympy.Add, hypot))} - {None}
+    return sorted({leaves for leaves, _ in found}, key=sympy.default_sort_key)
+
+
+NORM_TERMS = 8  # the most terms of a sum norm_squares_opt expands: a level's whole vjp is dearer than it gains
+
+
+@functools.lru_cache(maxsize=4096)
+def _norm_form(add, leaves):
+    """``add`` with the powers of the norm R of ``leaves`` reduced by R**2 = a**2 + b**2 + ...,
+    term by term over the lowest power of R, where that cancels terms (else None)."""
+    if len(add.args) > NORM_TERMS:
+        return None
+    split = [_norm_power(term, leaves) for term in add.args]
+    lowest = min(k for _, k in split)
+    if all(k == lowest for _, k in split):
+        return None
+    square = sympy.Add(*(leaf**2 for leaf in leaves))
+    parts, written = {0: [], 1: []}, 0
+    for rest, k in split:
+        q, odd = divmod(k - lowest, 2)
+        expanded = sympy.expand(rest * square**q)
+        written += len(sympy.Add.make_args(expanded))
+        parts[odd].append(expanded)
+    sums = {odd: sympy.Add.make_args(sympy.expand(sympy.Add(*terms))) for odd, terms in parts.items()}
+    if sum(len(terms) for terms in sums.values() if terms != (0,)) >= written:
+        return None  # nothing cancelled: the sum had no r**2 - x**2 in it
+    norms = [node for node in sympy.preorder_traversal(add) if isinstance(node, hypot)
+             and frozenset(_hypot_leaves(node)) == leaves]
+
+    def power(j):
+        return norms[0] ** j if norms else square ** sympy.Rational(j, 2)
+
+    return sympy.Add(*(term * power(lowest + odd) for odd, terms in sums.items() for term in terms))
+
+
+def _reduced_norms(add):
+    for leaves in _norm_leaf_sets(add):
+        reduced = _norm_form(add, leaves)
+        if reduced is not None:
+            return reduced
+    return add
+
+
+def _has_reducible_norm(add) -> bool:
+    return add.is_Add and any(_norm_form(add, leaves) is not None for leaves in _norm_leaf_sets(add))
+
+
+# 1/r - x**2/r**3 -> (y**2 + z**2)/r**3, r = hypot(hypot(x, y), z) (the same for powers of
+# x**2 + y**2 + z**2 = r**2): the terms of a norm's derivatives cancel where one component is much
+# the largest (every bit of d2r/dx2 at (0.7, 1e-13, 1e-245)). Term by term, each x*y/r**3 as in_ratios
+# writes them (Ratio(x, r)*Ratio(y, r)/r), so that no r**3 underflows.
+norm_squares_opt = ReplaceOptim(_has_reducible_norm, _reduced_norms)
+
+
 class Ratio(sympy.Function):
     """Ratio(a, r) = a/r for a value a that the norm r bounds (|a| <= r): a root of r = hypot(a, b).
 
@@ -508,6 +593,7 @@ RULES = (
     ("sigmoid_difference", sigmoid_difference_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
+    ("norm_squares", norm_squares_opt),
     ("sech2", sech2_opt),
     ("difference_of_squares", difference_of_squares_opt),
 )
@@ -530,6 +616,7 @@ NEEDS = {
     "sigmoid_difference": ((sigmoid,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
+    "norm_squares": ((sympy.Pow, hypot),),
     "sech2": ((sympy.tanh,),),
     "difference_of_squares": ((sympy.Pow,),),
 }

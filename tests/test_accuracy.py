@@ -191,6 +191,17 @@ def test_log_cosh_is_exact_near_0_at_every_order(tmp_path, strategy):
     assert not report.over_bound(), accuracy.report_text(report)
 
 
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+def test_a_norms_derivatives_are_exact_where_one_component_dominates(tmp_path, strategy):
+    """e3nn's sh2_2 = sqrt(5)*(y**2 - (x**2 + z**2)/2)/r**2: its x-derivative was -sqrt(5)*x/r**2
+    minus terms over r**4 whose difference is -3*sqrt(5)*x*y**2/r**4: every bit lost at
+    (0.7, 1e-13, 1e-245). Reduced by r**2 = x**2 + y**2 + z**2 (rewrite.py's norm_squares)."""
+    plan = _plan(tmp_path, name="sh", expr="sqrt(5) * (y**2 - (x**2 + z**2) / 2) / (x**2 + y**2 + z**2)",
+                 inputs=["x", "y", "z"], order=1, strategy=strategy, domain={"x": [0.5, 2], "y": [-2, 2], "z": [-2, 2]})
+    report = accuracy.measure(plan, 64, composed=False)
+    assert not report.over_bound(), accuracy.report_text(report)
+
+
 def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
     """softplus at order 3: save_inputs' and save_outputs' single-level backward is
     grad*sigmoid(x), whose second derivative autograd takes through torch.sigmoid's backward,

@@ -38,6 +38,8 @@ CASES = {
     "sigmoid_difference": [("3*sigmoid(-x) - 3*sigmoid(x)", "-3*torch.tanh(x/2)"), ("1 - 2*sigmoid(y)", "-torch.tanh(y/2)"),
                            ("y*sigmoid(x)**2 - y*sigmoid(x)*sigmoid(-x)", "y*torch.tanh(x/2)*torch.sigmoid(x)")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
+    "norm_squares": [("1/sqrt(x**2 + y**2) - x**2/(x**2 + y**2)**(3/2)", "y**2/torch.hypot(x, y)**3"),
+                     ("x/(x**2 + y**2) - 2*x**3/(x**2 + y**2)**2", "(x**2 + y**2)**2")],
     "sech2": [("y*(1 - tanh(x)**2)", "torch.ops.aten.tanh_backward(y, torch.tanh(x))"),
               ("1 - tanh(x)**2", "(1 - torch.tanh(x))*(torch.tanh(x) + 1)")],
     "difference_of_squares": [("1/(1 - x**2)", "(1 - x)*(x + 1)"), ("1/(y**2 - 1)", "(1 - y)*(y + 1)")],
