@@ -18,7 +18,7 @@ import sympy
 
 from . import branches, cost, external, limits, symbolic
 from .errors import SpecErrors
-from .rewrite import factored, for_differentiation, in_ratios, stabilize
+from .rewrite import factored, for_differentiation, in_ratios, smooth_norms, stabilize
 from .spec import Spec
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
@@ -445,7 +445,7 @@ def _single_level(classes, strategy, outputs, inputs, namer: Namer, stable) -> F
         gradients = symbolic.vjp(raw, _symbols(cotangents), list(inputs))
         gradients = [symbolic.in_terms_of(stable(g), known, exact=exact) for g in gradients]
         backward = _block([Result(n, g, str(x)) for n, g, x in zip(grad_names, gradients, inputs)],
-                          taken=local.taken)
+                          taken=local.taken, differentiated=True)
     limits.check(1, backward.values)  # the first derivative, as nested checks each of its levels
     used = backward.reads
     summed = {grad for grad, _, _ in constant_sums}
@@ -502,7 +502,7 @@ def _accumulated_backward(results, raw, cotangents, inputs, grad_names, local: N
         accumulations.append((grad_name, tuple(contributions)))
         if constants:
             constant_sums.append((grad_name, local.fresh(f"constant_{grad_name}"), tuple(constants)))
-    return _block(terms, taken=local.taken, inline=True), tuple(accumulations), tuple(constant_sums)
+    return _block(terms, taken=local.taken, inline=True, differentiated=True), tuple(accumulations), tuple(constant_sums)
 
 
 def _constant_apart(partial: sympy.Expr, tensors) -> tuple[sympy.Expr, sympy.Expr]:
@@ -539,7 +539,8 @@ def _forward_mode(results: list[Result], raw, inputs, namer: Namer, known, exact
     used = set().union(*(p.free_symbols for p in products))
     candidates = (*(str(x) for x in inputs), *(r.name for r in results))
     saved = tuple(name for name in candidates if _symbol(name) in used)
-    block = _block([Result(n, p, grad_of=tangents[0]) for n, p in zip(names, products)], taken=local.taken)
+    block = _block([Result(n, p, grad_of=tangents[0]) for n, p in zip(names, products)], taken=local.taken,
+                   differentiated=True)
     return tangents, block, saved
 
 
@@ -702,7 +703,7 @@ def _passed_values(chain: list[_Link], inputs, namer: Namer, stable) -> list[_Pa
 
 def _last_backward(link: _Link, stable) -> Block:
     gradients = [Result(g.name, stable(g.expr), g.grad_of) for g in link.gradients]
-    return _block(gradients, taken=link.local.taken)
+    return _block(gradients, taken=link.local.taken, differentiated=True)
 
 
 def _output(name: str, expr: sympy.Expr, inputs) -> Result:
@@ -730,12 +731,15 @@ _SUMMARIES = {
 }
 
 
-def _block(results: list[Result], taken, inline: bool = False) -> Block:
+def _block(results: list[Result], taken, inline: bool = False, differentiated: bool = False) -> Block:
     """CSE over the results, with temporaries named after what they hold.
 
     ``inline``: the results are printed where they are used, so none claims a temporary's name.
+    ``differentiated``: autograd differentiates the block (a single level's backward, a jvp,
+    nested's last backward), so its norms are written smooth (``rewrite.smooth_norms``).
     """
-    replacements, reduced = symbolic.common_subexpressions([factored(r.expr) for r in results])
+    smooth = smooth_norms if differentiated else (lambda expr: expr)
+    replacements, reduced = symbolic.common_subexpressions([factored(smooth(r.expr)) for r in results])
     namer = Namer({*taken, *(r.name for r in results)})
     # A temporary that is itself a plain result (no reduction, no broadcast) takes the result's name.
     claimed = {}
@@ -861,7 +865,9 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
 def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
     """The name of ``value`` by its outermost operation and short forms of its arguments."""
     if isinstance(value, sympy.Function):
-        return "_".join([type(value).__name__.lower(), *(_part(arg, depth) for arg in value.args)])
+        name = type(value).__name__.lower()
+        full = "_".join([name, *(_part(arg, depth) for arg in value.args)])
+        return full if len(full) <= MAX_NAME else name
     if value.is_Pow:
         return _power_name(value.base, value.exp, depth)
     if value.is_Add:

@@ -802,7 +802,8 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
     lines += [line for view in views for line in view.jvp_lines]
     lines += [view.backward_return for view in views]
     text = "\n".join(lines)
-    names = ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed_gradients", "_horner")
+    names = ("_broadcast_all", "_accumulate", "_zero_missing", "_zeros_if_none", "_needed_gradients", "_horner",
+             "_norm")
     helpers = [name for name in names if f"{name}(" in text]
     return helpers + (["_fused"] if any(view.kernels for view in views) else [])
 

@@ -45,9 +45,15 @@ NORMS = {
     "distance_order2": {"expr": NORM, "order": 2},  # order 3 is autograd through its backward
     "distance_nested": {"expr": NORM, "order": 3, "strategy": "nested"},
     "coulomb": {"expr": f"1/{NORM}", "order": 3},
+    # a unit vector's component (e3nn's spherical harmonics of degree 1): its backward holds the norm
+    "direction": {"expr": f"x/{NORM}", "order": 2},
+    # JAX-MD's guard at 0: the sum of squares underflows, so it read 0 (and the branch for the origin)
+    # at a norm of 1e-150 (``rewrite.zero_comparison_opt``)
+    "safe_distance": {"expr": f"where(x**2 + y**2 + z**2 > 0, {NORM}, 0)", "order": 2},
 }
 NORM_SIZES = [1e-150, 1e-100, 1.0, 1e100]
-DIRECTIONS = [(1.0, 1.0, 1.0), (0.3, -0.5, 0.8)]
+# on an axis, autograd through torch.hypot(torch.hypot(x, y), z) divided 0 by 0 (``rewrite.Norm``)
+DIRECTIONS = [(1.0, 1.0, 1.0), (0.3, -0.5, 0.8), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0), (1.0, 0.0, 0.0)]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +178,8 @@ def test_norm_derivatives_are_exact_from_1e_minus_150_to_1e100(built, key):
     of an order-2 spec) too, and the Coulomb potential's derivatives (1/r**2 ... 1/r**4)."""
     fn = built(key, inputs=["x", "y", "z"], domain={v: [0.3, 2] for v in "xyz"}, **NORMS[key])
     variables = sympy.symbols("x y z", real=True)
-    formula = sympy.sympify(NORMS[key]["expr"], locals=dict(zip("xyz", variables)))
+    formula = sympy.sympify(NORM if key == "safe_distance" else NORMS[key]["expr"],
+                            locals=dict(zip("xyz", variables)))  # no point is the origin
     for point in _points():
         _assert_exact(fn, point, formula, variables)
 

@@ -44,6 +44,9 @@ CASES = {
               ("1 - tanh(x)**2", "(1 - torch.tanh(x))*(torch.tanh(x) + 1)")],
     "difference_of_squares": [("1/(1 - x**2)", "(1 - x)*(x + 1)"), ("1/(y**2 - 1)", "(1 - y)*(y + 1)")],
     "hypot": [("sqrt(x**2 + y**2)", "torch.hypot(x, y)"), ("x/(x**2 + y**2)**(3/2)", "torch.hypot(x, y)**3")],
+    "zero_comparison": [("where(x**2 + y**2 > 0, x, y)", "(x != 0) | (y != 0)"),
+                        ("where(0 < x**2, x, y)", "torch.where(x != 0, x, y)"),
+                        ("where(x**2 + 3*y**4 == 0, x, y)", "(x == 0) & (y == 0)")],
 }
 FAR = torch.tensor([-100.0, -40.0, -20.0, -3.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 3.0, 20.0, 40.0, 100.0], dtype=torch.float64)
 
@@ -136,3 +139,11 @@ def test_a_rule_skipped_for_what_a_formula_lacks_would_not_have_matched(tree, de
         for name, rule in RULES:
             if not may_match(name, found):
                 assert optimize(form, [rule]) == form, (name, form)
+
+
+@pytest.mark.parametrize("source", ["where(x**2 + y**2 < 1, x, y)", "where(x**2 - y**2 > 0, x, y)",
+                                  "where(x**3 + y**2 > 0, x, y)", "where(x**2 + y**2 >= 2, x, y)"])
+def test_zero_comparison_leaves_other_comparisons_alone(source):
+    """Only a sum of even powers compared with 0 is the question whether every root is 0."""
+    rewritten = TorchPrinter(NAMES).doprint(stabilize(parse_expr(source, NAMES, ())))
+    assert "!=" not in rewritten and "==" not in rewritten, rewritten
