@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import subprocess
 import textwrap
 from dataclasses import dataclass
@@ -809,10 +810,21 @@ def _helpers_used(views: list[FunctionView]) -> list[str]:
 
 
 def _unpack_used(names, used) -> str | None:
-    """An unpacking target naming only what is used (others get a leading "_"); None if nothing is."""
+    """An unpacking target naming only what is used (others get a leading "_", or "_unused_" where
+    that would rebind one of the module's own names: a value named ``horner`` is not ``_horner``);
+    None if nothing is."""
     if not set(names) & set(used):
         return None
-    return _unpack([name if name in used else f"_{name}" for name in names])
+    private = _module_private_names()
+    return _unpack([name if name in used else f"_unused_{name}" if f"_{name}" in private else f"_{name}"
+                    for name in names])
+
+
+@functools.cache
+def _module_private_names() -> frozenset[str]:
+    """The generated module's private globals (its helpers and constants), read off its template."""
+    text = (template_dir() / "module.py.jinja").read_text()
+    return frozenset(re.findall(r"^(?:def |class )?(_\w+)", text, flags=re.MULTILINE))
 
 
 def _unpack(names) -> str:

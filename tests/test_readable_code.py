@@ -92,3 +92,13 @@ def test_no_call_nests_more_than_two_deep_in_the_functions(nested):
 def test_a_name_is_always_a_python_name():
     namer = Namer({"x"})
     assert [namer.fresh("9_minus_x"), namer.fresh("in"), namer.fresh("x")] == ["v_9_minus_x", "v_in", "x_1"]
+
+
+def test_an_unused_value_is_not_renamed_onto_a_module_helper():
+    """A saved value named ``horner`` (dbgen's series branch) unpacked unused was ``_horner``, which
+    rebound the module's helper of that name: bessel_basis's jvp then called a tensor."""
+    from codegen import render
+
+    assert render._unpack_used(["horner", "x"], {"x"}) == "_unused_horner, x"
+    assert render._unpack_used(["sinh_x", "x"], {"x"}) == "_sinh_x, x"
+    assert {"_horner", "_norm", "_accumulate"} <= render._module_private_names()
