@@ -20,7 +20,7 @@ from sympy.codegen.numpy_nodes import logaddexp
 from sympy.codegen.rewriting import ReplaceOptim, logaddexp_opt, optimize
 from sympy.printing.precedence import PRECEDENCE
 
-from .expr import sigmoid, softplus
+from .expr import erfc, sigmoid, softplus
 
 MAX_PASSES = 8
 
@@ -109,6 +109,110 @@ log_cosh_opt = ReplaceOptim(
     lambda e: isinstance(e, sympy.log) and isinstance(e.args[0], sympy.cosh),
     lambda e: _log_cosh(e.args[0].args[0]),
 )
+
+LOG_ERFC_SPLIT = sympy.Rational(1, 2)  # u where _log_erfc's two forms meet: each within a bit there
+
+
+class Erfcx(sympy.Function):
+    """erfcx(u) = exp(u**2)*erfc(u) (torch.special.erfcx): erfc(u) without its Gaussian factor,
+    which underflows from u = 26.6 (9.2 in float32) where log(erfc(u)) and exp(-u**2)/erfc(u)
+    are finite. Its derivative is 2*u*erfcx(u) - 2/sqrt(pi)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return 2 * self.args[0] * self - 2 / sympy.sqrt(sympy.pi)
+
+    def _eval_is_real(self):
+        return self.args[0].is_real
+
+    def _eval_is_positive(self):
+        return self.args[0].is_real
+
+    def _eval_evalf(self, prec):
+        u = self.args[0]
+        return (sympy.exp(u**2) * sympy.erfc(u))._eval_evalf(prec)
+
+    def _torchcode(self, printer, **kwargs):  # printer.TorchPrinter
+        (u,) = self.args
+        if printer.is_tensor(u):
+            return f"torch.special.erfcx({printer._print(u)})"
+        printer.uses_math = True  # params only: a number
+        return f"(math.exp({printer._print(u**2)}) * math.erfc({printer._print(u)}))"
+
+    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, in the spec's language
+        return printer._print(sympy.exp(self.args[0] ** 2) * erfc(self.args[0]))
+
+
+def _log_erfc(u, c=1):
+    """log(c*erfc(u)) in three regimes, each exact where it is taken, c a positive number.
+
+    Below 0, log(2*c) + log1p(-erfc(-u)/2): c*erfc(u) is 2*c - c*erfc(-u), and the probit's
+    log(erfc(-x/sqrt(2))/2) (c = 1/2) is -erfc(-u)/2 to first order far out, which log(erfc(u)) -
+    log(2) rounds away (20 bits at x = 5). From 0 to 1/2, log(c) + log1p(-erf(u)): log(erfc(u))
+    rounds erfc(u) to 1 near 0. From 1/2 on, log(c) + log(erfcx(u)) - u**2: erfc(u) underflows from
+    u = 26.6 (9.2 in float32: the probit was -inf in float32 from x = -5.5). Each form reads u only
+    where it is taken (guards: the first two are -inf beyond their regimes, erfcx(u) inf below)."""
+    from .branches import Guard
+
+    below, near, far = u < 0, u < LOG_ERFC_SPLIT, u >= LOG_ERFC_SPLIT
+    safe_far = Guard(u, far, 1)
+    return sympy.Piecewise(
+        (sympy.log(2 * c) + log1p(-erfc(-Guard(u, below, 0)) / 2), below),
+        (sympy.log(c) + log1p(-sympy.erf(Guard(u, near, 0))), near),
+        (sympy.log(c) + sympy.log(Erfcx(safe_far)) - safe_far**2, True),
+    )
+
+
+def _log_erfc_argument(e):
+    """(u, c) where ``e`` is ``_log_erfc(u, c)``, else None."""
+    if not (isinstance(e, sympy.Piecewise) and len(e.args) == 3
+            and isinstance(e.args[0].cond, sympy.StrictLessThan) and e.args[0].cond.rhs == 0):
+        return None
+    u = e.args[0].cond.lhs
+    constant = e.args[1].expr.as_independent(*u.free_symbols, as_Add=True)[0]
+    c = sympy.exp(constant)
+    return (u, c) if e == _log_erfc(u, c) else None
+
+
+def _scaled_erfc(arg):
+    """(c, u) where ``arg`` is c*erfc(u), c a positive number; else None."""
+    coefficient, rest = arg.as_coeff_Mul()
+    if isinstance(rest, sympy.erfc) and coefficient > 0:
+        return coefficient, rest.args[0]
+    return None
+
+
+# log(c*erfc(u)) -> _log_erfc(u, c): log(erfc(-x/sqrt(2))/2) is log(Phi(x)), the probit's
+# log-likelihood (torch.special.log_ndtr), which the language asks users to write so.
+log_erfc_opt = ReplaceOptim(
+    lambda e: isinstance(e, sympy.log) and _scaled_erfc(e.args[0]) is not None,
+    lambda e: _log_erfc(_scaled_erfc(e.args[0])[1], _scaled_erfc(e.args[0])[0]),
+)
+
+
+def _gaussian_over_erfc(mul):
+    """(the factor erfc(u)**-k, the factor exp(-k*u**2), u, k) of ``mul``, k a positive integer;
+    else None."""
+    factors = sympy.Mul.make_args(mul)
+    for factor in factors:
+        base, exponent = factor.as_base_exp()
+        if isinstance(base, sympy.erfc) and exponent.is_Integer and exponent < 0:
+            u, k = base.args[0], -exponent
+            for other in factors:
+                if isinstance(other, sympy.exp) and sympy.expand(other.args[0] + k * u**2) == 0:
+                    return factor, other, u, k
+    return None
+
+
+def _over_erfcx(mul):
+    factor, gaussian, u, k = _gaussian_over_erfc(mul)
+    return mul / (factor * gaussian) * Erfcx(u) ** -k
+
+
+# exp(-k*u**2)/erfc(u)**k -> 1/erfcx(u)**k: the derivatives of log(erfc(u)) (the inverse Mills
+# ratio), 0/0 where both parts underflow (u > 26.6, or 9.2 in float32) and finite there.
+erfc_ratio_opt = ReplaceOptim(lambda e: e.is_Mul and _gaussian_over_erfc(e) is not None, _over_erfcx)
 
 # log(1 + u) -> log1p(u): exact for small u.
 log1p_opt = ReplaceOptim(
@@ -674,6 +778,8 @@ RULES = (
     ("softplus", softplus_opt),
     ("log_sigmoid", log_sigmoid_opt),
     ("log_cosh", log_cosh_opt),
+    ("log_erfc", log_erfc_opt),
+    ("erfc_ratio", erfc_ratio_opt),
     ("logaddexp", logaddexp_opt),
     ("log1p", log1p_opt),
     ("expm1", expm1_opt),
@@ -698,6 +804,8 @@ NEEDS = {
     "softplus": ((sympy.exp,), (sympy.log, log1p)),
     "log_sigmoid": ((sympy.log,), (sigmoid,)),
     "log_cosh": ((sympy.log,), (sympy.cosh,)),
+    "log_erfc": ((sympy.log,), (sympy.erfc,)),
+    "erfc_ratio": ((sympy.exp,), (sympy.erfc,)),
     "logaddexp": ((sympy.log,),),
     "log1p": ((sympy.log,),),
     "expm1": ((sympy.exp,),),
@@ -753,9 +861,10 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
     A ``Ratio`` is a division again (``in_ratios`` writes the derivative's own). (1 - u)*(1 + u)
     is multiplied back into 1 - u**2: that rewrite is for accuracy only (``stabilize`` applies it
     again to the derivative), and the product rule on the two factors would print twice the terms.
-    ``_log_cosh(u)`` and |u| + softplus(-2*|u|) - log(2) are log(cosh(u)) again: the regimes'
-    derivatives would be a choice between two formulas of tanh(u), and the far one's parts have
-    kinks at u = 0 whose derivatives (sign(u), then 0 almost everywhere) lose the smooth whole's.
+    ``_log_cosh(u)`` and |u| + softplus(-2*|u|) - log(2) are log(cosh(u)) again, and
+    ``_log_erfc(u, c)`` log(c*erfc(u)): the regimes' derivatives would be a choice between two formulas
+    of tanh(u), and the far one's parts have kinks at u = 0 whose derivatives (sign(u), then 0
+    almost everywhere) lose the smooth whole's.
     """
     def multiplied(mul):
         first, second, product = _square_pair(mul)
@@ -765,6 +874,8 @@ def for_differentiation(expr: sympy.Expr) -> sympy.Expr:
     expr = expr.replace(lambda e: e.is_Mul and _square_pair(e) is not None, multiplied)
     expr = expr.replace(lambda e: _log_cosh_argument(e) is not None,
                         lambda e: sympy.log(sympy.cosh(_log_cosh_argument(e))))
+    expr = expr.replace(lambda e: _log_erfc_argument(e) is not None,
+                        lambda e: sympy.log(_log_erfc_argument(e)[1] * erfc(_log_erfc_argument(e)[0])))
     return expr.replace(_is_log_cosh_tail, lambda e: sympy.log(sympy.cosh(e.args[0].args[1].args[0]))
                         - e.args[0].args[1] + sympy.log(2))
 
@@ -817,6 +928,6 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "factored", "identity", "for_differentiation", "in_ratios", "smooth_norms", "Norm", "RULES", "Sech2", "Ratio", "LogCoshNear",
+__all__ = ["stabilize", "factored", "identity", "for_differentiation", "in_ratios", "smooth_norms", "Norm", "Erfcx", "RULES", "Sech2", "Ratio", "LogCoshNear",
            "expm1", "log1p",
            "logaddexp", "hypot"]

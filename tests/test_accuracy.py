@@ -192,6 +192,19 @@ def test_log_cosh_is_exact_near_0_at_every_order(tmp_path, strategy):
 
 
 @pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+@pytest.mark.parametrize("expr, domain", [("log(erfc(-x/sqrt(2))/2)", [-20, 6]), ("log(3*erfc(x))", [-6, 30])])
+def test_log_erfc_is_exact_in_both_tails(tmp_path, strategy, expr, domain):
+    """The probit's log-likelihood log(Phi(x)) as the language writes it: its value lost 20 bits
+    at x = 5 (log of a number rounded to 1) and was -inf in float32 from x = -5.5 (erfc
+    underflows), as its first derivative, exp(-x**2/2)/erfc(...), was 0/0 = NaN. Three regimes and
+    erfcx now (rewrite.py's log_erfc and erfc_ratio). Orders 2 and up still lose up to 17 bits in
+    the far tail (u - 1/(sqrt(pi)*erfcx(u)) cancels; issue 27, open): order 1 here."""
+    plan = _plan(tmp_path, name="le", expr=expr, inputs=["x"], order=1, strategy=strategy, domain={"x": domain})
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
 def test_a_norms_derivatives_are_exact_where_one_component_dominates(tmp_path, strategy):
     """e3nn's sh2_2 = sqrt(5)*(y**2 - (x**2 + z**2)/2)/r**2: its x-derivative was -sqrt(5)*x/r**2
     minus terms over r**4 whose difference is -3*sqrt(5)*x*y**2/r**4: every bit lost at
