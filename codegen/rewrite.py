@@ -769,8 +769,25 @@ def in_ratios(expr: sympy.Expr) -> sympy.Expr:
 
     Not one of the ``RULES``: the stable forms keep x/r**3 whole, as the rules and factoring see
     it; this is how the planner evaluates it, (x/r)*(1/r)**2. ``for_differentiation`` undoes it.
+    A sum of the squares of a norm's leaves (``norm_squares`` writes y**2/(x**2 + y**2 + z**2)) is
+    first that norm squared: the sum underflows at a norm of 1e-160, and y**2/r**2 is Ratio(y, r)**2.
     """
-    return optimize(expr, [over_norm_opt]) if expr.has(hypot) else expr
+    if not expr.has(hypot):
+        return expr
+    return optimize(_sums_as_norms(expr), [over_norm_opt])
+
+
+def _sums_as_norms(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each sum of the squares of a norm's leaves in it written as that norm squared."""
+    norms = {frozenset(_hypot_leaves(node)): node for node in sympy.preorder_traversal(expr)
+             if isinstance(node, hypot)}
+
+    def norm_squared(add):
+        roots = _squares(add)
+        norm = norms.get(frozenset(roots)) if roots and len(set(roots)) == len(roots) else None
+        return norm**2 if norm is not None else add
+
+    return expr.replace(lambda e: e.is_Add and _squares(e) is not None, norm_squared)
 
 
 # Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid.

@@ -51,7 +51,7 @@ NORMS = {
     # at a norm of 1e-150 (``rewrite.zero_comparison_opt``)
     "safe_distance": {"expr": f"where(x**2 + y**2 + z**2 > 0, {NORM}, 0)", "order": 2},
 }
-NORM_SIZES = [1e-150, 1e-100, 1.0, 1e100]
+NORM_SIZES = [1e-200, 1e-150, 1e-100, 1.0, 1e100]
 # on an axis, autograd through torch.hypot(torch.hypot(x, y), z) divided 0 by 0 (``rewrite.Norm``)
 DIRECTIONS = [(1.0, 1.0, 1.0), (0.3, -0.5, 0.8), (0.0, 0.0, 1.0), (0.0, -1.0, 0.0), (1.0, 0.0, 0.0)]
 
@@ -197,4 +197,17 @@ def test_a_norms_roots_over_its_powers_are_printed_as_ratios(power, size):
     names = {v: torch.tensor(point, dtype=torch.float64) for v in "xyz"}
     value = eval(code, {"torch": torch, **names})  # test code, printed from the formula above
     exact = formula.subs({v: sympy.Float(point, 30) for v in (x, y, z)})
+    assert float(value) == pytest.approx(float(exact), rel=1e-13), code
+
+
+def test_a_sum_of_a_norms_squares_is_printed_as_the_norm_squared():
+    """The reduced second derivative of a distance, (y**2 + z**2)/r**3 (``norm_squares``), printed
+    as y**2/(x**2 + y**2 + z**2)/r: 0/0 at a norm of 1e-200, where the squares underflow; as
+    (y/r)**2/r + (z/r)**2/r it is exact."""
+    x, y, z = sympy.symbols("x y z", real=True)
+    formula = sympy.diff(sympy.sqrt(x**2 + y**2 + z**2), x, 2)
+    code = TorchPrinter(["x", "y", "z"]).doprint(in_ratios(stabilize(formula)))
+    point = {"x": 1e-200, "y": 2e-200, "z": -3e-200}
+    value = eval(code, {"torch": torch, **{k: torch.tensor(v, dtype=torch.float64) for k, v in point.items()}})
+    exact = formula.subs({sympy.Symbol(k, real=True): sympy.Float(v, 30) for k, v in point.items()})
     assert float(value) == pytest.approx(float(exact), rel=1e-13), code
