@@ -64,7 +64,7 @@ def _functions() -> dict:
         "sigmoid": _sigmoid, "softplus": _softplus, **_GUARDS,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},
         **special.torch_float_values(),
-        **{name: _in_floats(cls.exact) for name, cls in external.SCIPY.items()},
+        **{name: _in_floats(cls.exact) for name, cls in external.evaluated().items()},
     }
 
 
@@ -80,7 +80,7 @@ UNEVALUATED = (NameError, TypeError, AttributeError, NotImplementedError)
 # (the 2nd derivative of tanh(x) at x = 1e300 holds 1/cosh(x)**2, which is 0), it gives that value.
 _EXACT_FUNCTIONS = {"sigmoid": lambda u: 1 / (1 + mpmath.exp(-u)), "softplus": lambda u: mpmath.log(1 + mpmath.exp(u)),
                     **_GUARDS, **{cls.__name__: cls.exact for cls in special.ALL},
-                    **{name: cls.exact for name, cls in external.SCIPY.items()},
+                    **{name: cls.exact for name, cls in external.evaluated().items()},
                     "xlogy": lambda x, y: 0 if x == 0 else x * mpmath.log(y)}
 
 

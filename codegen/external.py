@@ -62,6 +62,7 @@ class ScipyFunctionBase(ExternalFunctionBase):
     call = ""
     params: tuple[str, ...] = ("x",)  # the generated code's names of its arguments
     usage = ""
+    summary = ""  # the generated function's first docstring line, where not SciPy's function itself
 
     @staticmethod
     def rule(*args) -> sympy.Expr:
@@ -76,11 +77,15 @@ class ScipyFunctionBase(ExternalFunctionBase):
     def derivative(self, index: int, *args) -> sympy.Expr:
         return type(self).rule(*args)
 
+    def scipy_call(self) -> sympy.Expr:
+        """The call of SciPy's own function that computes this one (whose error is SciPy's)."""
+        return self
+
     def _eval_evalf(self, prec):
         return evalf_by(type(self).exact, self.args, prec)
 
 
-SCIPY: dict[str, type] = {}  # name in specs -> class
+SCIPY: dict[str, type] = {}  # name in specs -> class (and INTERNAL, below: the ones rewrites write)
 
 
 def _scipy(name: str, arity: int, rule, exact, usage: str, call: str | None = None) -> type:
@@ -174,6 +179,98 @@ ellipk = _scipy("ellipk", 1, lambda m: (ellipe(m) - (1 - m) * ellipk(m)) / (2 * 
                 "ellipk(m), the complete elliptic integral of the first kind (parameter m < 1)")
 ellipe = _scipy("ellipe", 1, lambda m: (ellipe(m) - ellipk(m)) / (2 * m), mpmath.ellipe,
                 "ellipe(m), the complete elliptic integral of the second kind (parameter m <= 1)")
+
+
+class kv_power(ScipyFunctionBase):
+    """x**a * kv(nu, x): what ``bessel_powers`` writes for a product of a power and kv of one
+    argument (the Matern kernel's (c*r)**nu * kv(nu, c*r)); not in the language.
+
+    Apart, the factors are 0 and inf at x = 0 and their product's derivatives cancel near it:
+    SymPy's third derivative of x**3.2 * kv(3.2, x) is a sum of terms of size x**-3 whose total is
+    about x, and loses 60 bits at x = 1e-4. Together, the derivative is a difference of two terms
+    of the family, (a - nu)*x**(a - 1)*kv(nu, x) - x**a*kv(nu - 1, x) (from kv's recurrence
+    kv' = -kv(nu - 1) - nu/x*kv), and for a = nu the first is 0: d/dx x**nu*kv(nu, x) =
+    -x**nu*kv(nu - 1, x), with no cancellation near 0 while the orders fall no lower than 0.
+    Each term is computed whole (the module's ``_x_pow_kv``), so its limit at x = 0 is finite
+    where the product's is: x**nu*kv(nu, x) -> gamma(nu)*2**(nu - 1) for nu > 0.
+    """
+
+    nargs, arity, params, language, constant = 3, 3, ("a", "nu", "x"), "kv_power", (0, 1)
+    call = "_x_pow_kv(special, a, nu, x)"
+    usage = "x**a * kv(nu, x), x > 0, its limit at x = 0"
+    summary = "x**a * kv(nu, x) by scipy.special.kv, computed whole outside autograd."
+
+    @staticmethod
+    def rule(a, nu, x):
+        return (a - nu) * kv_power(a - 1, nu, x) - kv_power(a, nu - 1, x)
+
+    @staticmethod
+    def exact(a, nu, x):
+        return _power_times_kv(a, nu, x)
+
+    def scipy_call(self) -> sympy.Expr:
+        return kv(*self.args[1:])
+
+    def written(self) -> sympy.Expr:
+        """The product as a spec writes it."""
+        a, nu, x = self.args
+        return sympy.Pow(x, a, evaluate=False) * kv(nu, x)
+
+    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, in the spec's language
+        return printer._print(self.written())
+
+    def _torchcode(self, printer, **kwargs):  # printer.TorchPrinter
+        if printer.reference:  # the tests' composed formula: the product as written
+            return printer._print(self.written())
+        return printer._print_ExternalFunctionBase(self)
+
+
+def _power_times_kv(a, nu, x):
+    """x**a * K_nu(x) in mpmath, with its limit at x = 0 (K_nu is inf there): K_nu(x) is
+    gamma(|nu|)*2**(|nu| - 1)*x**-|nu| to first order (-log(x) for nu = 0)."""
+    if x != 0:
+        return x**a * mpmath.besselk(nu, x)
+    order = abs(nu)
+    if a > order:
+        return mpmath.mpf(0)
+    if a < order or order == 0:
+        return mpmath.inf
+    return mpmath.gamma(order) * mpmath.mpf(2) ** (order - 1)
+
+
+def _base_and_kv(mul):
+    """(the power x**a, the kv(nu, x) call) among ``mul``'s factors, with one x, else None."""
+    factors = sympy.Mul.make_args(mul)
+    for call in factors:
+        if isinstance(call, kv):
+            for power in factors:
+                if power is not call and call.args[1].free_symbols and power.as_base_exp()[0] == call.args[1]:
+                    return power, call
+    return None
+
+
+def _as_kv_power(mul):
+    power, call = _base_and_kv(mul)
+    nu, x = call.args
+    return mul / (power * call) * kv_power(power.as_base_exp()[1], nu, x)
+
+
+def bessel_powers(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each product x**a * kv(nu, x) written ``kv_power(a, nu, x)``, whose
+    derivatives do not cancel near x = 0 (its docstring says why). Before differentiation: the
+    derivatives of the product as written are what loses the bits."""
+    if not expr.has(kv):
+        return expr
+    return expr.replace(lambda e: e.is_Mul and _base_and_kv(e) is not None, _as_kv_power)
+
+
+# Functions the generated code calls from SciPy that specs do not write (rewrites write them)
+INTERNAL: dict[str, type] = {"kv_power": kv_power}
+
+
+def evaluated() -> dict[str, type]:
+    """Every SciPy function a formula may call, by name: the language's and the internal ones."""
+    return {**SCIPY, **INTERNAL}
 
 
 class expn(ScipyFunctionBase):

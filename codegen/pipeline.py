@@ -275,13 +275,15 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     """``plan_spec``'s plan, and the accuracy oracle's report on it where auto measured it (else
     None)."""
     from .branches import guard
+    from .external import bessel_powers
     from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
     from .series import removable
 
     keys = _formula_keys(spec)
-    formulas = tuple((key, guard(removable(_parsed(spec, key, text), spec), spec))
+    whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
+    formulas = tuple((key, guard(removable(whole(_parsed(spec, key, text)), spec), spec))
                      for key, (_, text) in zip(keys, spec.formulas))
     guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)

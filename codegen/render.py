@@ -269,7 +269,8 @@ def _external_entries(printed: set[type]) -> list[ExternalEntry]:
                                          f"Its implementation: {extern.impl}.", impl=extern.impl))
         else:
             params = ", ".join(cls.params)
-            summary = f"{cls.language}({params}): scipy.special.{cls.language}, computed outside autograd."
+            summary = cls.summary or f"scipy.special.{cls.language}, computed outside autograd."
+            summary = f"{cls.language}({params}): {summary}"
             doc = f"The function: {cls.usage}."
             entries.append(ExternalEntry(cls.language, f"_{cls.language}", params, summary, doc, call=cls.call))
     return entries
@@ -822,9 +823,11 @@ def _unpack_used(names, used) -> str | None:
 
 @functools.cache
 def _module_private_names() -> frozenset[str]:
-    """The generated module's private globals (its helpers and constants), read off its template."""
-    text = (template_dir() / "module.py.jinja").read_text()
-    return frozenset(re.findall(r"^(?:def |class )?(_\w+)", text, flags=re.MULTILINE))
+    """The generated module's private globals: its helpers and constants, read off its templates,
+    and the functions it may call outside autograd (``_kv_power``)."""
+    text = "".join((template_dir() / name).read_text() for name in ("module.py.jinja", "external.py.jinja"))
+    calls = {cls.runtime for cls in special.ALL} | {f"_{name}" for name in external.evaluated()}
+    return frozenset(re.findall(r"^(?:def |class )?(_\w+)", text, flags=re.MULTILINE)) | calls
 
 
 def _unpack(names) -> str:
