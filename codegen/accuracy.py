@@ -155,11 +155,18 @@ def _rounded(value: float, dtype: str) -> float:
         return math.copysign(math.inf, value)
 
 
+APPROACH = (2.0**-10, 2.0**-20, 2.0**-30)  # relative distances from a threshold sampled on both sides
+
+
 def special_values(lo: float, hi: float, thresholds: Sequence[float] = ()) -> list[float]:
-    """The ends, 0, and each threshold with its two float neighbours, where inside [lo, hi]."""
+    """The ends, 0, and each threshold with its two float neighbours and points approaching it
+    (``APPROACH``), where inside [lo, hi]. A formula that vanishes at a cutoff loses most between
+    the two: (cos(pi*r/rc) + 1)/2 lost 10 bits beyond its conditioning at rc - 1e-4, which
+    neither the neighbours (where the conditioning explains all) nor uniform draws reach."""
     values = [lo, hi] + ([0.0] if lo < 0 < hi else [])
     for t in thresholds:
         values += [t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf)]
+        values += [t + sign * (abs(t) or 1.0) * step for step in APPROACH for sign in (-1, 1)]
     return sorted({v for v in values if lo <= v <= hi})
 
 

@@ -512,7 +512,8 @@ def _call_depth(code: str) -> int:
 
 
 def _is_series(expr: sympy.Expr) -> bool:
-    return expr.has(Horner)
+    """Whether ``expr`` is series.py's polynomial branch itself (not a choice that holds one)."""
+    return expr.has(Horner) and not expr.has(sympy.Piecewise)
 
 
 class LanguagePrinter(StrPrinter):

@@ -258,6 +258,30 @@ expm1_opt = ReplaceOptim(
 )
 
 
+def _cosine_and_constant(add):
+    """(term, c, u, constant) for a term c*cos(u) of ``add`` that also holds the constant c or -c,
+    else None."""
+    for term in add.args:
+        coefficient, call = term.as_coeff_Mul()
+        if isinstance(call, sympy.cos) and coefficient != 0:
+            for constant in (coefficient, -coefficient):
+                if constant in add.args:
+                    return term, coefficient, call.args[0], constant
+    return None
+
+
+def _half_angle(add):
+    term, c, u, constant = _cosine_and_constant(add)
+    square = sympy.cos(u / 2) ** 2 if constant == c else -sympy.sin(u / 2) ** 2
+    return add - term - constant + 2 * c * square
+
+
+# c + c*cos(u) -> 2*c*cos(u/2)**2, c*cos(u) - c -> -2*c*sin(u/2)**2: cos(u) rounds near -1 (or 1),
+# where the sum is of the size of the rounding. The cosine cutoff (cos(pi*r/rc) + 1)/2 lost 10 bits
+# beyond its conditioning at r = rc - 1e-4, 14 at rc - 1e-6; cos(u/2) near its zero loses none.
+cos_half_angle_opt = ReplaceOptim(lambda e: e.is_Add and _cosine_and_constant(e) is not None, _half_angle)
+
+
 def _sigmoid_difference(add):
     """(term, partner, replacement) for terms rest*sigmoid(w) and -rest*sigmoid(-w) of ``add``, or
     c*sigmoid(w) and the constant -c/2, whose sum is rest*tanh(w/2) or c/2*tanh(w/2); else None."""
@@ -807,6 +831,7 @@ RULES = (
     ("absorb_exp_into_sigmoid", absorb_opt),
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("sigmoid_difference", sigmoid_difference_opt),
+    ("cos_half_angle", cos_half_angle_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
     ("norm_squares", norm_squares_opt),
@@ -833,6 +858,7 @@ NEEDS = {
     "absorb_exp_into_sigmoid": ((sympy.exp,), (sigmoid,)),
     "one_minus_sigmoid": ((sigmoid,),),
     "sigmoid_difference": ((sigmoid,),),
+    "cos_half_angle": ((sympy.cos,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
     "norm_squares": ((sympy.Pow, hypot),),

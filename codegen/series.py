@@ -108,12 +108,74 @@ class _TooLong(BaseException):
 
 def removable(expr: sympy.Expr, spec) -> sympy.Expr:
     """``expr`` with each removable singularity of one input replaced by a regime split (module
-    docstring); ``expr`` itself when it has none."""
+    docstring), and each branch with a multiple root at its boundary (``_at_roots``); ``expr``
+    itself when it has neither."""
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
+    bounds = tuple(tuple(map(float, spec.bounds(name))) for name in spec.inputs) if hasattr(spec, "bounds") else None
+    if expr.has(sympy.Piecewise):
+        expr = _at_roots(expr, inputs, tuple(spec.params), spec.order, bounds)
     if not any(d.free_symbols & set(inputs) for d in symbolic.denominators(expr)):
         return expr
-    bounds = tuple(tuple(map(float, spec.bounds(name))) for name in spec.inputs) if hasattr(spec, "bounds") else None
     return _removed(expr, inputs, tuple(spec.params), spec.order, bounds)
+
+
+@functools.lru_cache(maxsize=256)
+def _at_roots(expr: sympy.Expr, inputs: tuple, params: tuple, order: int, bounds) -> sympy.Expr:
+    """``expr`` with each branch of a choice on one input x that vanishes to second order or more
+    where the choice changes (x < c: c) split there as a removable singularity is: a Taylor
+    polynomial about c near it, the branch beyond.
+
+    An envelope that goes to 0 smoothly at its cutoff (MACE's and DimeNet's polynomial
+    1 - 28*d**6 + 48*d**7 - 21*d**8, d = r/rc, has a triple root at d = 1) is a sum of terms of
+    size 1 that cancel to (1 - d)**3 there: the value lost 11 bits at d = 0.993, its derivatives 5
+    to 10 near the cutoff, in autograd as in the formula. The polynomial about the root has no
+    such cancellation. A simple root is left alone (its loss is its conditioning's), and so is a
+    branch with a function of x (``_algebraic``)."""
+    def split(piecewise):
+        pieces = []
+        for value, cond in piecewise.args:
+            for index, x in enumerate(inputs):
+                for x0 in _boundaries(piecewise, x, inputs):
+                    if value.free_symbols & set(inputs) == {x} and _algebraic(value, x) and _multiple_root(value, x, x0):
+                        value = _root_split(value, x, x0, inputs, params, order, bounds[index] if bounds else None)
+            pieces.append((value, cond))
+        return sympy.Piecewise(*pieces)
+
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), split)
+
+
+@functools.lru_cache(maxsize=256)  # per branch: DimeNet's eight outputs share one envelope
+def _root_split(value, x, x0, inputs, params, order, domain) -> sympy.Expr:
+    """``value`` split at its multiple root x0 (``_replacement``), or ``value`` where it is not."""
+    values = {sympy.Symbol(name, real=True): sympy.Rational(number) for name, number in params}
+    site = _Site(x, x0, frozenset(inputs), values, order, {}, domain, root=True)
+    return _replacement(value, site) or value
+
+
+def _boundaries(piecewise: sympy.Piecewise, x: sympy.Symbol, inputs) -> list[sympy.Expr]:
+    """The points c of the conditions x < c, x >= c, ... of ``piecewise`` (c free of inputs)."""
+    found = []
+    for _, cond in piecewise.args:
+        for relation in (cond.atoms(sympy.core.relational.Relational) if cond is not sympy.true else ()):
+            for side, other in ((relation.lhs, relation.rhs), (relation.rhs, relation.lhs)):
+                if side == x and not other.free_symbols & set(inputs) and other not in found:
+                    found.append(other)
+    return found
+
+
+def _algebraic(value: sympy.Expr, x: sympy.Symbol) -> bool:
+    """Whether ``value`` is a polynomial in x (whole powers; params in the coefficients): its
+    series about a root is the same polynomial, finite and exact for every value of the params,
+    without the cancellation. Not a power x**p with p a param: its series about 1 never ends, and
+    a polynomial chosen at p's default would be exact there only (27 bits off at p = 5.5 for p = 6),
+    while the terms in p to the degree needed everywhere take SymPy a minute. Nor a function of x:
+    1 + cos(u) has a rewrite of its own (2*cos(u/2)**2, rewrite.py), at no cost per call."""
+    return value.is_polynomial(x)
+
+
+def _multiple_root(value: sympy.Expr, x: sympy.Symbol, x0: sympy.Expr) -> bool:
+    """Whether ``value`` and its derivative in x are 0 at x0 (for every value of the params)."""
+    return all(_zero(sympy.expand(f.xreplace({x: x0}))) for f in (value, sympy.diff(value, x)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -133,9 +195,10 @@ class _Site:
     values, the spec's order, the parts already tried ((part, x, x0) -> replacement or None) and
     the input's domain (None: everywhere)."""
 
-    def __init__(self, x, x0, inputs, values, order, tried, domain=None):
+    def __init__(self, x, x0, inputs, values, order, tried, domain=None, root=False):
         self.x, self.x0, self.inputs, self.values, self.order, self.tried = x, x0, inputs, values, order, tried
         self.domain = domain
+        self.root = root  # a multiple root (_at_roots), not a singularity: the formula is fine away from it
 
     def at_x0(self, expr: sympy.Expr) -> sympy.Expr:
         return expr.xreplace({self.x: self.x0})
@@ -270,7 +333,9 @@ def _split_at(part: sympy.Expr, site: _Site) -> sympy.Expr | None:
     if coefficients is None or not any(c != 0 for c in coefficients):
         return None
     last = max(j for j, c in enumerate(coefficients) if c != 0)
-    if last < FIRST_TERMS // 2:  # a polynomial ((x**2 - 1)/(x - 1)): the part is its series, everywhere
+    # a polynomial ((x**2 - 1)/(x - 1)): the part is its series, everywhere; but not a polynomial
+    # about its root, whose terms alternate and cancel away from it
+    if last < FIRST_TERMS // 2 and not site.root:
         exact = sympy.Add(*(c * t**j for j, c in enumerate(coefficients)))
         if sympy.cancel(shifted - exact) == 0:
             return exact.xreplace({t: site.x - site.x0})
@@ -507,6 +572,7 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     polynomial = _Derivatives(expansion, values, exact_scale, site.order)
     direct: dict[float, float] = {}  # |u| -> the direct formula's largest excess over the orders, at u and -u
     needed: dict[float, int | None] = {}  # |u| -> the degree the polynomial needs there (None: past MAX_DEGREE)
+    inside: dict[float, float] = {}  # |u| -> the polynomial's own excess in float64 (its terms may alternate)
     for magnitude in magnitudes:
         for u in (magnitude, -magnitude):
             _tick()
@@ -529,9 +595,15 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
                 exact_u = (mpmath.mpf(point) - exact_x0) * exact_scale  # the u of the float point, exactly
             degree = polynomial.degree(exact_u, truths, point)
             needed[magnitude] = None if degree is None else max(needed.get(magnitude, 0), degree)
+            if degree is not None:
+                rounded = polynomial.rounding_excess(float(exact_u), degree, truths, point)
+                inside[magnitude] = max(inside.get(magnitude, 0.0), rounded)
 
     def beyond(eps: float) -> float:
         return max((bits for u, bits in direct.items() if u >= eps), default=0.0)
+
+    def worst(eps: float) -> float:  # the direct formula beyond eps, the polynomial within it
+        return max(beyond(eps), max((bits for u, bits in inside.items() if u < eps), default=0.0))
 
     feasible = []
     for eps in THRESHOLDS:
@@ -542,8 +614,8 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     short = len(expansion.coefficients) - 1 < MAX_DEGREE
     if not feasible:
         return None, short
-    enough = max(DIRECT_BITS, min(beyond(eps) for eps, _ in feasible) + 0.5)
-    chosen = next((eps, degree) for eps, degree in feasible if beyond(eps) <= enough)
+    enough = max(DIRECT_BITS, min(worst(eps) for eps, _ in feasible) + 0.5)
+    chosen = next((eps, degree) for eps, degree in feasible if worst(eps) <= enough)
     return chosen, short and beyond(chosen[0]) > DIRECT_BITS
 
 
@@ -612,6 +684,20 @@ class _Derivatives:
                         break
                     tail += float(value)
         return found
+
+    def rounding_excess(self, u: float, degree: int, truths, x: float) -> float:
+        """The largest excess over the orders of the polynomial to ``degree`` evaluated in float64
+        by Horner's rule at u, as the generated code evaluates it: about 0 where its terms fall
+        off, bits where they alternate and cancel (an envelope's polynomial about its triple
+        root, 7 bits at u = -0.7)."""
+        worst = 0.0
+        for k, terms in enumerate(self.terms):
+            by_power = {j - k: float(d) for j, d in terms if j <= degree}
+            value = 0.0
+            for power in range(max(by_power, default=0), -1, -1):
+                value = value * u + by_power.get(power, 0.0)
+            worst = max(worst, _excess(value, truths[k], truths[k + 1], x))
+        return worst
 
 
 # -- the time bound -------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ CASES = {
     "one_minus_sigmoid": [("1 - sigmoid(x)", "torch.sigmoid(-x)"), ("sigmoid(y) - 1", "-torch.sigmoid(-y)")],
     "sigmoid_difference": [("3*sigmoid(-x) - 3*sigmoid(x)", "-3*torch.tanh(x/2)"), ("1 - 2*sigmoid(y)", "-torch.tanh(y/2)"),
                            ("y*sigmoid(x)**2 - y*sigmoid(x)*sigmoid(-x)", "y*torch.tanh(x/2)*torch.sigmoid(x)")],
+    "cos_half_angle": [("(cos(x) + 1)/2", "torch.cos(x/2)**2"), ("3*cos(2*y) - 3", "-6*torch.sin(y)**2"),
+                       ("1 - cos(x*y)", "2*torch.sin(x*y/2)**2")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
     "norm_squares": [("1/sqrt(x**2 + y**2) - x**2/(x**2 + y**2)**(3/2)", "y**2/torch.hypot(x, y)**3"),
                      ("x/(x**2 + y**2) - 2*x**3/(x**2 + y**2)**2", "(x**2 + y**2)**2")],
