@@ -317,7 +317,9 @@ class TorchPrinter(PythonCodePrinter):
     def _print_softplus(self, expr):
         (arg,) = expr.args
         if self.is_tensor(arg):
-            return f"torch.nn.functional.softplus({self._print(arg)})"
+            # torch's default threshold, 20, returns u itself from u = 20 on, 18 bits short at 20.5
+            # in float64; from 40 on, log1p(exp(-u)) is below u's last bit in both dtypes
+            return f"torch.nn.functional.softplus({self._print(arg)}, threshold=40)"
         # a float: max(u, 0) + log1p(exp(-|u|)), which cannot overflow, parenthesized like a call
         return f"({self._print(sympy.Max(arg, 0) + log1p(sympy.exp(-sympy.Abs(arg))))})"
 

@@ -282,6 +282,172 @@ def _half_angle(add):
 cos_half_angle_opt = ReplaceOptim(lambda e: e.is_Add and _cosine_and_constant(e) is not None, _half_angle)
 
 
+COMMON_TERMS = 6  # the most terms of a sum common_denominator combines: each is expanded
+
+
+def _denominator_power(term, base) -> int:
+    """k where ``term`` divides by base**k (k a positive whole number), else 0."""
+    for factor in sympy.Mul.make_args(term):
+        b, e = factor.as_base_exp()
+        if b == base and e.is_Integer and e < 0:
+            return int(-e)
+    return 0
+
+
+def _shared_denominators(add) -> list:
+    """The sums that terms of ``add`` divide by (a power with a negative whole exponent), but sums of
+    squares: norm_squares reduces those by the norm, whose ratios do not under- or overflow, where
+    an expanded numerator (x**3 + x*y**2) would."""
+    seen: dict = {}  # in order of appearance
+    for term in add.args:
+        for factor in sympy.Mul.make_args(term):
+            b, e = factor.as_base_exp()
+            if b.is_Add and e.is_Integer and e < 0 and _squares(b) is None:  # a norm's: norm_squares
+                seen[b] = True
+    return list(seen)
+
+
+def _combined(add):
+    """(the numerator, the base, K) of ``add`` over base**K where like terms of the numerator cancel
+    when expanded (fewer terms than its parts expand to), else None."""
+    if len(add.args) > COMMON_TERMS:
+        return None
+    for base in _shared_denominators(add):
+        top = max(_denominator_power(term, base) for term in add.args)
+        parts = [sympy.expand(term * base**top) for term in add.args]
+        if any(_denominator_power(part, base) for part in parts):
+            continue  # expand took a term's base apart from its power
+        numerator = sympy.Add(*parts)
+        cancelled = len(sympy.Add.make_args(numerator)) < sum(len(sympy.Add.make_args(part)) for part in parts)
+        if cancelled and sympy.count_ops(numerator) <= sympy.count_ops(add):  # not a longer formula
+            return numerator, base, top
+    return None
+
+
+def _over_common_denominator(add):
+    numerator, base, top = _combined(add)
+    return numerator / base**top
+
+
+# e/(e - 1) - e**2/(e - 1)**2 -> -e/(e - 1)**2 (e = exp(x)): SymPy's quotient rule leaves a sum of
+# fractions whose numerators cancel symbolically, and in floats only with the bits (the derivative
+# of FPBench's expq2, exp(x)/(exp(x) - 1), lost 19 bits at x = 17). Over the common denominator,
+# the like terms of the expanded numerator cancel exactly.
+common_denominator_opt = ReplaceOptim(lambda e: e.is_Add and _combined(e) is not None, _over_common_denominator)
+
+
+def _erf_and_constant(add):
+    """(term, c, u, constant) for a term c*erf(u) of ``add`` that also holds the constant c or -c."""
+    for term in add.args:
+        coefficient, call = term.as_coeff_Mul()
+        if isinstance(call, sympy.erf) and coefficient != 0:
+            for constant in (coefficient, -coefficient):
+                if constant in add.args:
+                    return term, coefficient, call.args[0], constant
+    return None
+
+
+def _complement(add):
+    term, c, u, constant = _erf_and_constant(add)
+    rest = erfc(-u) if constant == c else -erfc(u)
+    return add - term - constant + c * rest
+
+
+# c + c*erf(u) -> c*erfc(-u), c*erf(u) - c -> -c*erfc(u): erf(u) rounds to -1 (or 1) far out, where
+# the sum is as small as erfc of the other sign. GELU's x*(1 + erf(x/sqrt(2)))/2 lost 16 bits at
+# x = -5.2 and was 0 from x = -8.3 (true: 1e-16 and less).
+erf_complement_opt = ReplaceOptim(lambda e: e.is_Add and _erf_and_constant(e) is not None, _complement)
+
+
+def _root_pair(add):
+    """(first, second, d) for terms c*R*a**e and -c*R*b**e of ``add`` (e not 0 or 1, the same c and
+    R) whose bases differ by a number d = a - b, a the larger where both are positive; else None."""
+    terms = list(add.args)
+    for i, first in enumerate(terms):
+        for second in terms[i + 1:]:
+            for one, other in ((first, second), (second, first)):
+                found = _power_difference_parts(one, other)
+                if found is not None:
+                    return one, other, *found
+    return None
+
+
+def _power_difference_parts(one, other):
+    for factor in sympy.Mul.make_args(one):
+        a, e = factor.as_base_exp()
+        if not (e.is_Rational and e not in (0, 1) and a.free_symbols):
+            continue
+        rest = one / factor
+        for partner in sympy.Mul.make_args(other):
+            b, f = partner.as_base_exp()
+            if f == e and b != a and b.free_symbols and sympy.expand(other / partner + rest) == 0:
+                d = sympy.expand(a - b)
+                if d.is_Number and d > 0:
+                    return rest, a, b, e
+    return None
+
+
+def _power_difference(add):
+    """R*(a**e - b**e), a - b a positive number d, without the cancellation where a and b are close
+    in ratio: d times a sum of positive terms for a whole e (a**n - b**n = d*sum(a**(n-1-k)*b**k),
+    and over a**n*b**n for e = -n), d/(sqrt(a) + sqrt(b)) for e = 1/2, else
+    b**e*expm1(e*log1p(d/b)) (a power not whole is real for positive bases only, where that holds)."""
+    one, other, rest, a, b, e = _root_pair(add)
+    d = sympy.expand(a - b)
+    if e.is_Integer:
+        n = abs(int(e))
+        spread = d * sympy.Add(*(a ** (n - 1 - k) * b**k for k in range(n)))
+        difference = spread if e > 0 else -spread / (a**n * b**n)
+    elif e == sympy.Rational(1, 2):
+        difference = d / (sympy.sqrt(a) + sympy.sqrt(b))
+    else:
+        difference = b**e * expm1(e * log1p(d / b))
+    return add - one - other + rest * difference
+
+
+# sqrt(x + 1) - sqrt(x) -> 1/(sqrt(x + 1) + sqrt(x)) and its kin (FPBench's 2sqrt, 2frac, and
+# each derivative of them, -1/(2*sqrt(x)) + 1/(2*sqrt(x + 1)) and up): a difference of close powers
+# of bases a few units apart lost 20 bits at x = 1e6.
+power_difference_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and _root_pair(e) is not None,
+                                    _power_difference)
+
+
+def _logged(call):
+    """u where ``call`` is log(u), 1 + u where it is log1p(u) (the log1p rule runs first); else None."""
+    if isinstance(call, sympy.log):
+        return call.args[0]
+    if isinstance(call, log1p):
+        return 1 + call.args[0]
+    return None
+
+
+def _log_pair(add):
+    """(first, second, a, b) for terms c*log(a) and -c*log(b) of ``add`` (or log1p(a - 1)) with
+    a - b a positive number; else None."""
+    terms = list(add.args)
+    for first in terms:
+        for second in terms:
+            c, call = first.as_coeff_Mul()
+            c2, other = second.as_coeff_Mul()
+            a, b = _logged(call), _logged(other)
+            if first is not second and a is not None and b is not None and c2 == -c and a.free_symbols:
+                d = sympy.expand(a - b)
+                if d.is_Number and d > 0:
+                    return first, second, a, b
+    return None
+
+
+def _log_difference(add):
+    first, second, a, b = _log_pair(add)
+    c = first.as_coeff_Mul()[0]
+    return add - first - second + c * log1p(sympy.expand(a - b) / b)
+
+
+# log(x + 1) - log(x) -> log1p(1/x): FPBench's 2log, 20 bits lost at x = 1e6.
+log_difference_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and _log_pair(e) is not None,
+                                  _log_difference)
+
+
 def _sigmoid_difference(add):
     """(term, partner, replacement) for terms rest*sigmoid(w) and -rest*sigmoid(-w) of ``add``, or
     c*sigmoid(w) and the constant -c/2, whose sum is rest*tanh(w/2) or c/2*tanh(w/2); else None."""
@@ -817,6 +983,7 @@ def _sums_as_norms(expr: sympy.Expr) -> sympy.Expr:
 
 # Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid.
 RULES = (
+    ("common_denominator", common_denominator_opt),
     ("softplus", softplus_opt),
     ("log_sigmoid", log_sigmoid_opt),
     ("log_cosh", log_cosh_opt),
@@ -832,6 +999,9 @@ RULES = (
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("sigmoid_difference", sigmoid_difference_opt),
     ("cos_half_angle", cos_half_angle_opt),
+    ("erf_complement", erf_complement_opt),
+    ("power_difference", power_difference_opt),
+    ("log_difference", log_difference_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
     ("norm_squares", norm_squares_opt),
@@ -844,6 +1014,7 @@ RULES = (
 # kinds. Each rule is a walk of the whole formula; most formulas hold no exp() or log(), and a
 # high order's formulas are large (tests/test_rewrite.py checks that no rule matches without them).
 NEEDS = {
+    "common_denominator": ((sympy.Pow,),),
     "softplus": ((sympy.exp,), (sympy.log, log1p)),
     "log_sigmoid": ((sympy.log,), (sigmoid,)),
     "log_cosh": ((sympy.log,), (sympy.cosh,)),
@@ -859,6 +1030,9 @@ NEEDS = {
     "one_minus_sigmoid": ((sigmoid,),),
     "sigmoid_difference": ((sigmoid,),),
     "cos_half_angle": ((sympy.cos,),),
+    "erf_complement": ((sympy.erf,),),
+    "power_difference": ((sympy.Pow,),),
+    "log_difference": ((sympy.log, log1p),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
     "norm_squares": ((sympy.Pow, hypot),),

@@ -236,6 +236,30 @@ def test_a_norms_derivatives_are_exact_where_one_component_dominates(tmp_path, s
     assert not report.over_bound(), accuracy.report_text(report)
 
 
+@pytest.mark.parametrize(("expr", "domain"), [
+    ("sqrt(x + 1) - sqrt(x)", [0.01, 1e6]),  # FPBench 2sqrt: 20 bits lost at 1e6, and each derivative
+    ("log(x + 1) - log(x)", [0.5, 1e6]),  # 2log: 22 bits
+    ("exp(x) / (exp(x) - 1)", [0.01, 30]),  # expq2: its derivatives 19 bits at x = 17
+    ("x * (1 + erf(x / sqrt(2))) / 2", [-10, 10]),  # GELU, exact form: 16 bits at x = -5.2
+])
+def test_fpbench_classics_are_exact_at_every_order(tmp_path, expr, domain):
+    """rewrite.py's power_difference, log_difference, common_denominator and erf_complement; the
+    same formulas through autograd lose as much as before (measured beside)."""
+    plan = _plan(tmp_path, name="fp", expr=expr, inputs=["x"], order=2, domain={"x": domain})
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd) > 10, accuracy.report_text(report)
+
+
+def test_softplus_is_exact_from_20_on_and_auto_takes_the_exact_strategy(tmp_path):
+    """torch's softplus returns u itself from its default threshold, 20, on: the log-sigmoid lost 18
+    bits at -20.5 in every strategy, so auto took the cheapest, which loses every bit of the third
+    derivative near 0. Printed with threshold=40, nested is within the bound and auto takes it."""
+    plan = _plan(tmp_path, name="ls", expr="-log(1 + exp(-x))", inputs=["x"], order=3, domain={"x": [-40, 40]})
+    assert plan.strategy == "nested", plan.reason
+    assert not accuracy.measure(plan, 64, composed=False).over_bound()
+
+
 def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
     """softplus at order 3: save_inputs' and save_outputs' single-level backward is
     grad*sigmoid(x), whose second derivative autograd takes through torch.sigmoid's backward,
