@@ -258,12 +258,12 @@ expm1_opt = ReplaceOptim(
 )
 
 
-def _cosine_and_constant(add):
-    """(term, c, u, constant) for a term c*cos(u) of ``add`` that also holds the constant c or -c,
+def _call_and_constant(add, kind):
+    """(term, c, u, constant) for a term c*kind(u) of ``add`` that also holds the constant c or -c,
     else None."""
     for term in add.args:
         coefficient, call = term.as_coeff_Mul()
-        if isinstance(call, sympy.cos) and coefficient != 0:
+        if isinstance(call, kind) and coefficient != 0:
             for constant in (coefficient, -coefficient):
                 if constant in add.args:
                     return term, coefficient, call.args[0], constant
@@ -271,7 +271,7 @@ def _cosine_and_constant(add):
 
 
 def _half_angle(add):
-    term, c, u, constant = _cosine_and_constant(add)
+    term, c, u, constant = _call_and_constant(add, sympy.cos)
     square = sympy.cos(u / 2) ** 2 if constant == c else -sympy.sin(u / 2) ** 2
     return add - term - constant + 2 * c * square
 
@@ -279,7 +279,7 @@ def _half_angle(add):
 # c + c*cos(u) -> 2*c*cos(u/2)**2, c*cos(u) - c -> -2*c*sin(u/2)**2: cos(u) rounds near -1 (or 1),
 # where the sum is of the size of the rounding. The cosine cutoff (cos(pi*r/rc) + 1)/2 lost 10 bits
 # beyond its conditioning at r = rc - 1e-4, 14 at rc - 1e-6; cos(u/2) near its zero loses none.
-cos_half_angle_opt = ReplaceOptim(lambda e: e.is_Add and _cosine_and_constant(e) is not None, _half_angle)
+cos_half_angle_opt = ReplaceOptim(lambda e: e.is_Add and _call_and_constant(e, sympy.cos) is not None, _half_angle)
 
 
 COMMON_TERMS = 6  # the most terms of a sum common_denominator combines: each is expanded
@@ -336,19 +336,8 @@ def _over_common_denominator(add):
 common_denominator_opt = ReplaceOptim(lambda e: e.is_Add and _combined(e) is not None, _over_common_denominator)
 
 
-def _erf_and_constant(add):
-    """(term, c, u, constant) for a term c*erf(u) of ``add`` that also holds the constant c or -c."""
-    for term in add.args:
-        coefficient, call = term.as_coeff_Mul()
-        if isinstance(call, sympy.erf) and coefficient != 0:
-            for constant in (coefficient, -coefficient):
-                if constant in add.args:
-                    return term, coefficient, call.args[0], constant
-    return None
-
-
 def _complement(add):
-    term, c, u, constant = _erf_and_constant(add)
+    term, c, u, constant = _call_and_constant(add, sympy.erf)
     rest = erfc(-u) if constant == c else -erfc(u)
     return add - term - constant + c * rest
 
@@ -356,7 +345,7 @@ def _complement(add):
 # c + c*erf(u) -> c*erfc(-u), c*erf(u) - c -> -c*erfc(u): erf(u) rounds to -1 (or 1) far out, where
 # the sum is as small as erfc of the other sign. GELU's x*(1 + erf(x/sqrt(2)))/2 lost 16 bits at
 # x = -5.2 and was 0 from x = -8.3 (true: 1e-16 and less).
-erf_complement_opt = ReplaceOptim(lambda e: e.is_Add and _erf_and_constant(e) is not None, _complement)
+erf_complement_opt = ReplaceOptim(lambda e: e.is_Add and _call_and_constant(e, sympy.erf) is not None, _complement)
 
 
 def _root_pair(add):
