@@ -619,6 +619,11 @@ class Oracle:
         self._variables = [*self.inputs, *params]
         self._truths: dict[str, list[list[Truth]]] = {}
 
+    @functools.cached_property
+    def scipy_bits(self) -> float:
+        """SciPy's own error at this spec's points (``scipy_bits``): the spec's, whichever plan."""
+        return scipy_bits([p.formula for p in self.partials], self.inputs, self._points["float64"], self.spec)
+
     def truths(self, dtype: str) -> list[list[Truth]]:
         """Per partial, per point of ``dtype``: the exact value, computed on first use."""
         if dtype not in self._truths:
@@ -637,7 +642,6 @@ class Oracle:
         names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
         results: dict[str, list[Figures]] = {name: [] for name in subjects}
         samples, table = [], []
-        own_bits = scipy_bits([p.formula for p in self.partials], self.inputs, self._points["float64"], spec)
         for dtype in self.dtypes:
             points = self._points[dtype]
             per_subject = {}
@@ -659,7 +663,7 @@ class Oracle:
             table.extend(_table(self.partials, self.truths(dtype), per_subject["dbgen"], points, dtype))
         return Report(spec.name, spec.path, self.sampled, tuple(results["dbgen"]),
                       tuple(results["autograd"]) if "autograd" in results else None, tuple(samples), tuple(table),
-                      limited_by([p.formula for p in self.partials]), own_bits)
+                      limited_by([p.formula for p in self.partials]), self.scipy_bits)
 
 
 def _refused_scalar(spec, dtype: str) -> bool:

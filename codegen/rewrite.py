@@ -349,8 +349,8 @@ erf_complement_opt = ReplaceOptim(lambda e: e.is_Add and _call_and_constant(e, s
 
 
 def _root_pair(add):
-    """(first, second, d) for terms c*R*a**e and -c*R*b**e of ``add`` (e not 0 or 1, the same c and
-    R) whose bases differ by a number d = a - b, a the larger where both are positive; else None."""
+    """(one, other, R, a, b, e, d) for terms R*a**e and -R*b**e of ``add`` (e a number not 0 or 1)
+    whose bases differ by a positive number d = a - b; else None."""
     terms = list(add.args)
     for i, first in enumerate(terms):
         for second in terms[i + 1:]:
@@ -372,7 +372,7 @@ def _power_difference_parts(one, other):
             if f == e and b != a and b.free_symbols and sympy.expand(other / partner + rest) == 0:
                 d = sympy.expand(a - b)
                 if d.is_Number and d > 0:
-                    return rest, a, b, e
+                    return rest, a, b, e, d
     return None
 
 
@@ -381,8 +381,7 @@ def _power_difference(add):
     in ratio: d times a sum of positive terms for a whole e (a**n - b**n = d*sum(a**(n-1-k)*b**k),
     and over a**n*b**n for e = -n), d/(sqrt(a) + sqrt(b)) for e = 1/2, else
     b**e*expm1(e*log1p(d/b)) (a power not whole is real for positive bases only, where that holds)."""
-    one, other, rest, a, b, e = _root_pair(add)
-    d = sympy.expand(a - b)
+    one, other, rest, a, b, e, d = _root_pair(add)
     if e.is_Integer:
         n = abs(int(e))
         spread = d * sympy.Add(*(a ** (n - 1 - k) * b**k for k in range(n)))
@@ -411,8 +410,8 @@ def _logged(call):
 
 
 def _log_pair(add):
-    """(first, second, a, b) for terms c*log(a) and -c*log(b) of ``add`` (or log1p(a - 1)) with
-    a - b a positive number; else None."""
+    """(first, second, c, b, d) for terms c*log(a) and -c*log(b) of ``add`` (or log1p(a - 1)) with
+    d = a - b a positive number; else None."""
     terms = list(add.args)
     for first in terms:
         for second in terms:
@@ -422,14 +421,13 @@ def _log_pair(add):
             if first is not second and a is not None and b is not None and c2 == -c and a.free_symbols:
                 d = sympy.expand(a - b)
                 if d.is_Number and d > 0:
-                    return first, second, a, b
+                    return first, second, c, b, d
     return None
 
 
 def _log_difference(add):
-    first, second, a, b = _log_pair(add)
-    c = first.as_coeff_Mul()[0]
-    return add - first - second + c * log1p(sympy.expand(a - b) / b)
+    first, second, c, b, d = _log_pair(add)
+    return add - first - second + c * log1p(d / b)
 
 
 # log(x + 1) - log(x) -> log1p(1/x): FPBench's 2log, 20 bits lost at x = 1e6.
