@@ -21,6 +21,7 @@ from sympy.codegen.rewriting import ReplaceOptim, logaddexp_opt, optimize
 from sympy.printing.precedence import PRECEDENCE
 
 from .expr import erfc, sigmoid, softplus
+from .symbolic import merge_powers
 
 MAX_PASSES = 8
 
@@ -398,6 +399,79 @@ def _power_difference(add):
 # of bases a few units apart lost 20 bits at x = 1e6.
 power_difference_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and _root_pair(e) is not None,
                                     _power_difference)
+
+
+POWER_TERMS = 8  # the most terms, and the highest degree, of a sum power_polynomial factors
+
+
+def _symbolic_powers(term) -> dict:
+    """{B: e} for each base B that ``term`` raises to a power whose exponent is not a number,
+    with e the sum of the exponents of all of ``term``'s factors of base B."""
+    factors = [f.as_base_exp() for f in sympy.Mul.make_args(term)]
+    bases = {b for b, e in factors if not e.is_Number and b.free_symbols}
+    return {base: sympy.Add(*(e for b, e in factors if b == base)) for base in bases}
+
+
+def _without_base(term, base):
+    """``term`` without its factors of base ``base``."""
+    return sympy.Mul(*(f for f in sympy.Mul.make_args(term) if f.as_base_exp()[0] != base))
+
+
+def _power_polynomial(add):
+    """(B, a, P, t) where ``add`` is B**a * P(B) with P a polynomial in t = B of two terms or more
+    and a degree of at most POWER_TERMS, the exponent a not a number (x**p with p a param); else
+    None."""
+    if len(add.args) > POWER_TERMS:
+        return None
+    for base, first in _symbolic_powers(add.args[0]).items():
+        exponents = [_symbolic_powers(term).get(base) for term in add.args]
+        if any(e is None for e in exponents):
+            continue
+        offsets = [sympy.expand(e - first) for e in exponents]
+        if not all(k.is_Integer for k in offsets):
+            continue
+        lowest = first + min(offsets)
+        steps = [k - min(offsets) for k in offsets]
+        if max(steps) > POWER_TERMS:
+            continue
+        t = sympy.Dummy("t")
+        polynomial = sympy.Add(*(_without_base(term, base) * t**k for term, k in zip(add.args, steps)))
+        return base, lowest, polynomial, t
+    return None
+
+
+def _has_a_root(polynomial, t) -> bool:
+    """True when ``polynomial`` in ``t``, factored, has a factor of degree 1 or a factor of two
+    factors in t (with their powers): else it is one irreducible sum, which prints as it is."""
+    factors = [f.as_base_exp() for f in sympy.Mul.make_args(polynomial) if f.has(t)]
+    return any(sympy.degree(b, t) == 1 for b, _ in factors) or sum(int(e) for _, e in factors) > 1
+
+
+def _factored_power_polynomial(add):
+    """``add`` as B**a times its polynomial factored, or None where that has no root (an
+    irreducible factor of degree 2 or more would print as it is)."""
+    found = _power_polynomial(add)
+    if found is None:
+        return None
+    base, lowest, polynomial, t = found
+    factored_polynomial = sympy.factor(polynomial, t)
+    if not _has_a_root(factored_polynomial, t):
+        return None
+    return base**lowest * factored_polynomial.subs(t, base)
+
+
+def _merged_after(name: str, expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with its powers merged again after rule ``name`` changed it: a factored power
+    polynomial's x**(p - 2) * (...) / x**2 ... is x**p * (...)/x**2 (NaN at x = 0) otherwise."""
+    return merge_powers(expr) if name == "power_polynomial" else expr
+
+
+# -p(p+1)(p+2)/2 * (x**(p-1) - 2*x**p + x**(p+1)) -> -p(p+1)(p+2)/2 * x**(p-1)*(x - 1)**2: the
+# derivatives of MACE's and NequIP's polynomial envelope, whose exponent p is a param, are sums of
+# powers of x that cancel at their root x = 1 (14 bits of the first derivative at x = 0.999;
+# SymPy factors a polynomial of whole powers itself, not one in x**p).
+power_polynomial_opt = ReplaceOptim(lambda e: e.is_Add and _factored_power_polynomial(e) is not None,
+                                    _factored_power_polynomial)
 
 
 def _logged(call):
@@ -989,6 +1063,7 @@ RULES = (
     ("erf_complement", erf_complement_opt),
     ("power_difference", power_difference_opt),
     ("log_difference", log_difference_opt),
+    ("power_polynomial", power_polynomial_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
     ("norm_squares", norm_squares_opt),
@@ -1020,6 +1095,7 @@ NEEDS = {
     "erf_complement": ((sympy.erf,),),
     "power_difference": ((sympy.Pow,),),
     "log_difference": ((sympy.log, log1p),),
+    "power_polynomial": ((sympy.Pow,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
     "norm_squares": ((sympy.Pow, hypot),),
@@ -1121,6 +1197,7 @@ def _apply_rules(expr: sympy.Expr) -> sympy.Expr:
             if may_match(name, found):
                 rewritten = optimize(expr, [rule])
                 if rewritten != expr:
+                    rewritten = _merged_after(name, rewritten)
                     expr, found = rewritten, kinds(rewritten)
         if expr == before:
             break

@@ -16,6 +16,7 @@ from sympy.codegen.rewriting import optimize
 
 from codegen.expr import parse_expr
 from codegen.printer import TorchPrinter
+from codegen.symbolic import merge_powers
 from codegen.rewrite import NEEDS, RULES, factored, for_differentiation, kinds, may_match, stabilize
 from test_properties import R, scaled, text, trees
 
@@ -48,6 +49,8 @@ CASES = {
                          ("y*(x**2 + 3)**3 - y*(x**2 + 1)**3", "torch.addcmul(")],
     "log_difference": [("log(x**2 + 2) - log(x**2 + 1)", "torch.log1p(1/(x**2 + 1))"),
                        ("2*log(y**2 + 1) - 2*log(y**2)", "2*torch.log1p(y**(-2))")],
+    "power_polynomial": [("x**y - 2*x**(y + 1) + x**(y + 2)", "x**y*(x - 1)**2"),
+                         ("y*x**(y - 1) - y*x**(y + 1)", "y*(x - 1)*(x + 1)")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
     "norm_squares": [("1/sqrt(x**2 + y**2) - x**2/(x**2 + y**2)**(3/2)", "y**2/torch.hypot(x, y)**3"),
                      ("x/(x**2 + y**2) - 2*x**3/(x**2 + y**2)**2", "(x**2 + y**2)**2")],
@@ -173,3 +176,22 @@ def test_common_denominator_leaves_what_does_not_cancel(source):
     expr = parse_expr(source, NAMES, ())
     rule = dict(RULES)["common_denominator"]
     assert optimize(expr, [rule]) == expr
+
+
+@pytest.mark.parametrize("p", [5.5, 6.0])
+def test_envelope_derivatives_are_exact_near_their_root_and_finite_at_zero(p):
+    """MACE's polynomial envelope with its exponent a param: each derivative, a sum of powers of x
+    that cancels at x = 1, is within 4 bits of mpmath at 1 - 2**-10 and finite at x = 0."""
+    x_, p_ = sympy.symbols("x p", real=True)
+    envelope = 1 - (p_ + 1) * (p_ + 2) / 2 * x_**p_ + p_ * (p_ + 2) * x_ ** (p_ + 1) - p_ * (p_ + 1) / 2 * x_ ** (p_ + 2)
+    near_root = 1 - 2.0**-10
+    for order in (1, 2):
+        derivative = stabilize(merge_powers(sympy.diff(envelope, x_, order)))
+        code = TorchPrinter(("x", "p")).doprint(derivative)
+        at = {"torch": torch, "math": math, "p": torch.tensor(p, dtype=torch.float64)}
+        value = eval(code, {**at, "x": torch.tensor(near_root, dtype=torch.float64)}).item()
+        with mpmath.workdps(60):
+            truth = mpmath.diff(lambda v: sympy.lambdify((x_, p_), envelope, "mpmath")(v, mpmath.mpf(p)),
+                                mpmath.mpf(near_root), order)
+        assert abs(value - float(truth)) <= 16 * abs(float(truth)) * 2.0**-52, (order, value, truth)
+        assert math.isfinite(eval(code, {**at, "x": torch.tensor(0.0, dtype=torch.float64)}).item())
