@@ -34,7 +34,7 @@ build: $(VENV)/.installed
 	$(BIN)/dbgen build specs/
 
 check: $(VENV)/.installed
-	$(BIN)/dbgen check specs/
+	$(BIN)/dbgen check specs/ --force --jobs 2
 
 test: $(VENV)/.installed
 	DBGEN_HYPOTHESIS_PROFILE=$${DBGEN_HYPOTHESIS_PROFILE:-quick} $(PYTEST) -m "not slow"

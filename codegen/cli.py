@@ -157,9 +157,19 @@ def check(
     output: Optional[Path] = CONFIGURED_OUT_OPT,
     tests_out: Optional[Path] = TESTS_OUT_OPT,
     no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
+    jobs: int | None = typer.Option(
+        None, "--jobs", "-j", min=1, metavar="N",
+        help="Generate the specs it regenerates in this many processes, as build does. Default: jobs in "
+             "pyproject.toml (tool.dbgen), else 1.",
+    ),
     fuse: Optional[bool] = typer.Option(
         None, "--fuse/--no-fuse",
         help="Compare with what 'build --fuse' writes. Default: fuse in pyproject.toml (tool.dbgen).",
+    ),
+    force: bool = typer.Option(
+        False, "--force",
+        help="Regenerate every spec and compare, even where the file headers vouch for them (for work on "
+             "dbgen itself, whose output can change without its version).",
     ),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
@@ -168,18 +178,22 @@ def check(
 ) -> None:
     """Exit 0 if OUT is exactly what build would write; else exit 1 listing the differences.
 
-    Writes nothing. Example: dbgen check specs/ -o generated
+    A spec whose files carry the header a build would write (the same spec hash, dbgen version
+    and options) and no hand edit is up to date without regenerating it, as build skips it; the
+    others are regenerated and compared. Writes nothing. Example: dbgen check specs/ -o generated
     """
     from . import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
-    settings = _settings(specs, output, None, fuse, tests_out)
+    settings = _settings(specs, output, jobs, fuse, tests_out)
     specs, output, fuse = settings.specs, settings.output, settings.fuse
+    jobs = _usable_jobs(settings.jobs, say)
     layout = pipeline.tests_layout(output, settings.tests)
     on_spec = _spec_reporter(say, specs)
     bounds = limits.Limits(seconds=time_limit, size=size_limit)
     files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
-                                           line_length=settings.line_length,
+                                           line_length=settings.line_length, jobs=jobs,
+                                           reuse_from=None if force else output,
                                            limits=bounds, tests=layout), writes=False)
     report = write.stale_files(output, files)
     if not report:

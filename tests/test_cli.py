@@ -158,7 +158,7 @@ def test_no_arguments_prints_help(tmp_path):
     assert "Usage" in text and "build" in text and "check" in text
 
 
-@pytest.mark.parametrize("command, options", [("build", ("--output", "--prune", "--fuse", "--jobs", "--force", "--no-rewrite")), ("check", ("--output", "--fuse"))])
+@pytest.mark.parametrize("command, options", [("build", ("--output", "--prune", "--fuse", "--jobs", "--force", "--no-rewrite")), ("check", ("--output", "--fuse", "--jobs", "--force"))])
 def test_command_help(tmp_path, command, options):
     result = dbgen(command, "--help", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -567,7 +567,8 @@ def test_unchanged_rebuild_skips_generation_and_rewrites_a_hand_edited_file(spec
 @pytest.mark.slow
 def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     """A file as dbgen wrote it (header and body hash agree) that is not what dbgen writes now --
-    written by another ruff, say -- is kept by build; only then does check ask for --force."""
+    written by another ruff, say -- is kept by build and by check; check --force regenerates it,
+    and only then asks for build --force."""
     from codegen import write
 
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
@@ -575,12 +576,32 @@ def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     pristine = module.read_text()
     first, second, _, body = pristine.split("\n", 3)
     module.write_text(write.seal(f"{first}\n{second}\n{body}# another formatter\n"))
-    check = dbgen("check", "specs", "-o", "out", cwd=specs_only)
+    assert dbgen("check", "specs", "-o", "out", cwd=specs_only).returncode == 0  # its header vouches for it
+    check = dbgen("check", "specs", "-o", "out", "--force", cwd=specs_only)
     assert check.returncode == 1 and stderr_lines_with(check, "out/square.py", "stale"), check.stderr
     assert "edited by hand" not in check.stderr and check.stderr.rstrip().endswith("--force"), check.stderr
     assert "(0 file(s) written)" in dbgen("build", "specs", "-o", "out", cwd=specs_only).stdout
     assert dbgen("build", "specs", "-o", "out", "--force", cwd=specs_only).returncode == 0
     assert module.read_text() == pristine
+
+
+def test_an_unchanged_check_regenerates_nothing(specs_only):
+    """check takes a spec whose files' headers vouch for it as up to date without SymPy (a
+    second, not a minute: issue 29's four-spec project took 42-51 s); a changed spec is still
+    regenerated and compared, in --jobs processes."""
+    assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
+    code = (
+        "import sys\nfrom codegen.cli import run\nsys.argv = ['dbgen', 'check', 'specs', '-o', 'out', '-v']\n"
+        "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
+        "assert 'sympy' not in sys.modules, 'an unchanged check imported SymPy'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "up to date, skipped" in result.stderr + result.stdout and "generated in" not in result.stderr + result.stdout
+    spec = specs_only / "specs" / "square.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("order: 2", "order: 3"), encoding="utf-8")
+    changed = dbgen("check", "specs", "-o", "out", "--jobs", "2", cwd=specs_only)
+    assert changed.returncode == 1 and stderr_lines_with(changed, "out/square.py", "stale"), changed.stderr
 
 
 @pytest.mark.parametrize("tests_out", [(), pytest.param(("--tests-out", "tests/gen"), marks=pytest.mark.slow)], ids=["default", "tests_out"])
