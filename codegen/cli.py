@@ -535,6 +535,12 @@ def graph(
     console.Console().result(f"dbgen: graph of {name} (order {order}) written to {output.as_posix()}")
 
 
+NEW_DOMAIN_OPT = typer.Option(
+    [], "--domain", metavar="INPUT=LOW,HIGH",
+    help="Where an input's values lie (the build checks every order is finite there; default -2,2); repeat per input.",
+)
+
+
 @command()
 def new(
     name: str = typer.Argument(..., metavar="NAME", help="The function's name, lower snake_case; the file is NAME.yaml."),
@@ -545,6 +551,7 @@ def new(
     strategy: Optional[str] = typer.Option(
         None, "--strategy", metavar="STRATEGY", help="auto (the default), save_inputs, save_outputs, intermediates or nested."
     ),
+    domain: list[str] = NEW_DOMAIN_OPT,
     doc: Optional[str] = typer.Option(None, "--doc", metavar="TEXT", help="A one-line description for the docstring."),
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", metavar="PATH",
@@ -556,13 +563,13 @@ def new(
     Its first line points editors at the spec schema: the nearest
     dbgen-spec.schema.json in its folder or above, else one written beside it.
 
-    Example: dbgen new swish --expr 'x * sigmoid(beta * x)' --inputs x --params beta=1.0
+    Example: dbgen new swish --expr 'x * sigmoid(beta * x)' --inputs x --params beta=1.0 --domain x=-8,8
     """
     from . import config, scaffold
 
     try:
         new_spec = scaffold.NewSpec(name, expr, scaffold.parse_inputs(inputs), order,
-                                    scaffold.parse_params(params), strategy, doc)
+                                    scaffold.parse_params(params), strategy, doc, scaffold.parse_domain(domain))
         target = scaffold.target_path(name, output, _configured_specs_folder())
         written = _io(target, lambda: scaffold.create(new_spec, target))
     except (scaffold.NewSpecError, config.ConfigError) as exc:

@@ -325,31 +325,62 @@ def _number(value: float) -> str:
 
 
 def _suggestion(spec, inputs, formulas, points, failing) -> str | None:
-    """A domain where the check passes: one input narrowed to its longest run of grid values that no
-    failing point has, rounded inward to round numbers; the one that keeps most of its range."""
+    """A domain where the check passes, rounded inward to round numbers, or None.
+
+    Input by input: one whose grid values fail at every point of them (x <= 0 for log(x) + sqrt(y),
+    whatever y is) is narrowed to its longest run of others, keeping the most of its range, and
+    the check runs again on the narrowed box, until it passes or no input is left to narrow (y
+    next). Where no value fails everywhere (asin(x*y)), one input narrowed to its longest run of
+    values that no failing point has, the first such box that passes."""
     bounds = {name: spec.bounds(name) for name in spec.inputs}
+    proposal = dict(bounds)
+    for _ in spec.inputs:
+        narrowed = _narrowings(spec, proposal, points, failing, everywhere=True)
+        if not narrowed:
+            break
+        proposal = narrowed[0]
+        points = grid([proposal[n] for n in spec.inputs])
+        try:
+            failing = _failing(formulas, inputs, points)
+        except UNEVALUATED:  # a point of the narrowed grid math cannot evaluate: not proposed
+            return None
+        if not any(failing):
+            return _domain_text(spec, proposal)
+    for candidate in _narrowings(spec, proposal, points, failing, everywhere=False):
+        try:
+            fails = any(_failing(formulas, inputs, grid([candidate[n] for n in spec.inputs])))
+        except UNEVALUATED:
+            continue
+        if not fails:
+            return _domain_text(spec, candidate)
+    return None
+
+
+def _narrowings(spec, proposal, points, failing, everywhere: bool) -> list[dict]:
+    """``proposal`` with one input narrowed to its longest run of grid values that are not bad,
+    for each input that has bad values and such a run, the ones keeping most of their range
+    first. A value is bad where every point of it fails (``everywhere``), else where any does."""
     candidates = []
     for i, name in enumerate(spec.inputs):
         axis = sorted({point[i] for point in points})
-        bad_values = {point[i] for point, fails in zip(points, failing) if fails}
+        verdicts: dict[float, list[bool]] = {}
+        for point, fails in zip(points, failing):
+            verdicts.setdefault(point[i], []).append(fails)
+        rule = all if everywhere else any
+        bad_values = {value for value, seen in verdicts.items() if rule(seen)}
         run = _longest_run([v not in bad_values for v in axis])
-        if run is None:
+        if not bad_values or run is None:
             continue
-        width = bounds[name][1] - bounds[name][0]
+        width = proposal[name][1] - proposal[name][0]
         lo, hi = _rounded_inward(axis[run[0]], axis[run[1]], width)
         if lo < hi:
-            candidates.append(((hi - lo) / width, name, (lo, hi)))
-    for _, name, narrowed in sorted(candidates, key=lambda c: -c[0]):
-        proposal = {**bounds, name: narrowed}
-        box = grid([proposal[n] for n in spec.inputs])
-        try:
-            fails = any(_failing(formulas, inputs, box))
-        except UNEVALUATED:  # a point of the narrowed grid math cannot evaluate: not proposed
-            continue
-        if not fails:
-            inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
-            return "{" + inner + "}"
-    return None
+            candidates.append(((hi - lo) / width, {**proposal, name: (lo, hi)}))
+    return [proposal for _, proposal in sorted(candidates, key=lambda c: -c[0])]
+
+
+def _domain_text(spec, proposal) -> str:
+    inner = ", ".join(f"{n}: [{_number(proposal[n][0])}, {_number(proposal[n][1])}]" for n in spec.inputs)
+    return "{" + inner + "}"
 
 
 def _runs(flags: list[bool]) -> list[tuple[int, int]]:

@@ -40,6 +40,7 @@ class NewSpec:
     params: tuple[tuple[str, str], ...] = ()
     strategy: str | None = None
     doc: str | None = None
+    domain: tuple[tuple[str, str, str], ...] = ()  # (input, low, high), numbers as typed
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,19 @@ def parse_params(values: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(params)
 
 
+def parse_domain(values: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """['x=0,1', 'y=-1,1'] -> (('x', '0', '1'), ('y', '-1', '1')); the loader judges names and order."""
+    domain = []
+    for item in (value.strip() for value in values):
+        name, sep, bounds = (text.strip() for text in item.partition("="))
+        ends = [end.strip() for end in bounds.split(",")]
+        if not sep or not name or len(ends) != 2 or not all(_NUMBER_RE.match(end) for end in ends):
+            example = f"{name if name.isidentifier() else 'x'}=0,1"
+            raise NewSpecError([f"dbgen: --domain {item!r} must be INPUT=LOW,HIGH, e.g. --domain {example}"])
+        domain.append((name, _decimal(ends[0]), _decimal(ends[1])))
+    return tuple(domain)
+
+
 def _decimal(number: str) -> str:
     """A whole number without leading zeros or '+' ('010' -> '10'): what dbgen reads (YAML 1.2,
     decimal 10), written so that a YAML 1.1 tool reads it alike (not as octal 8)."""
@@ -91,6 +105,8 @@ def spec_text(new: NewSpec, schema_ref: str) -> str:
              f"inputs: [{', '.join(_scalar(x) for x in new.inputs)}]", f"order: {new.order}"]
     if new.params:
         lines += ["params:", *(f"  {_scalar(name)}: {value}" for name, value in new.params)]
+    if new.domain:
+        lines += ["domain:", *(f"  {_scalar(name)}: [{low}, {high}]" for name, low, high in new.domain)]
     if new.strategy:
         lines.append(f"strategy: {_scalar(new.strategy)}")
     if new.doc:
@@ -136,7 +152,7 @@ def _validate(text: str, shown: str) -> None:
 
 def _option_hint(message: str) -> str:
     """'expr: ...' -> '--expr: ...': the loader speaks of keys, the user typed options."""
-    for key in ("name", "expr", "inputs", "input", "order", "params", "param", "strategy", "doc"):
+    for key in ("name", "expr", "inputs", "input", "order", "params", "param", "domain", "strategy", "doc"):
         if message.startswith(key + " ") or message.startswith(key + ":"):
             option = {"name": "NAME", "input": "--inputs", "param": "--params"}.get(key, f"--{key}")
             return f"{option}{message[len(key):]}"

@@ -164,3 +164,21 @@ def test_a_spec_with_no_finite_derivative_is_refused_before_auto_runs_its_candid
     with pytest.raises(SpecErrors) as raised:
         build_spec(tmp_path, name="zp", expr="0 ** x", inputs=["x"], order=2)
     assert "is not finite" in str(raised.value)
+
+
+@pytest.mark.parametrize("expr, inputs", [
+    ("log(x) + sqrt(y)", "[x, y]"),
+    ("log(x) + acos(y) + x*z", "[x, y, z]"),
+    ("asin(x*y)", "[x, y]"),
+    ("log(x*y)", "[x, y]"),
+    ("sqrt(x - y)", "[x, y]"),
+    ("atanh(x) / y", "[x, y]"),
+])
+def test_a_suggested_domain_passes_the_check(tmp_path, expr, inputs):
+    """Where the default domain fails, the message proposes a domain, also where two inputs each
+    fail everywhere on part of their range (x <= 0 for log(x), y < 0 for sqrt(y)); built with
+    it, the spec passes."""
+    (problem,) = _problems(tmp_path, _spec(expr, inputs=inputs))
+    assert "; set domain: {" in problem, problem
+    suggested = problem.rsplit("set domain: ", 1)[1]
+    assert _problems(tmp_path, _spec(expr, suggested, inputs=inputs)) == [], suggested

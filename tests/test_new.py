@@ -119,6 +119,10 @@ def test_refuses_to_overwrite(here):
     (("bad", "--expr", "x", "--inputs", "x", "--params", "gain=high"),
      "dbgen: --params 'gain=high' must be NAME=NUMBER, e.g. --params gain=1.0"),  # the user's name, not beta
     (("bad", "--expr", "x", "--inputs", "x", "--params", "x=1"), "dbgen: --params 'x' has the name of an input"),
+    (("bad", "--expr", "x", "--inputs", "x", "--domain", "x=1"), "dbgen: --domain 'x=1' must be INPUT=LOW,HIGH"),
+    (("bad", "--expr", "x", "--inputs", "x", "--domain", "x=0,one"), "dbgen: --domain 'x=0,one' must be"),
+    (("bad", "--expr", "x", "--inputs", "x", "--domain", "x=2,1"), "dbgen: --domain of 'x' must have lo < hi"),
+    (("bad", "--expr", "x", "--inputs", "x", "--domain", "z=0,1"), "dbgen: --domain names 'z', which is not an input"),
 ])
 def test_refuses_a_bad_spec_and_writes_nothing(here, args, message):
     result = invoke("new", *args)
@@ -159,3 +163,15 @@ def test_unwritable_folder(here):
     result = invoke("new", "cube", "--expr", "x**3", "--inputs", "x", "-o", "specs/sub")
     assert result.exit_code == 2
     assert result.stderr.startswith("dbgen: cannot write") and "check the path" in result.stderr
+
+
+def test_domain_per_input_is_written_and_checked_by_the_build(here):
+    """log(x) + sqrt(y) fails the build's domain check at the default [-2, 2]; with --domain, the
+    spec new writes builds."""
+    result = invoke("new", "lg", "--expr", "log(x) + sqrt(y)", "--inputs", "x,y",
+                    "--domain", "x=0.1,2", "--domain", "y=010,20")
+    assert result.exit_code == 0, result.stderr
+    path = here / "specs" / "lg.yaml"
+    spec = load_spec(path, "specs/lg.yaml")
+    assert spec.bounds("x") == (0.1, 2.0) and spec.bounds("y") == (10.0, 20.0)
+    assert "lg.py" in pipeline.generate(path)
