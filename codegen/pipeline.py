@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import __version__, config, limits as bounds
 from .errors import Problem, SpecErrors
-from .write import header, seal, sealed_header
+from .write import HEADER_PREFIX, header, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -425,6 +425,63 @@ def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | Non
             return None
         kept[rel] = text
     return kept
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecState:
+    """Whether a generated file's spec still says what the file was built from (``spec_state``):
+    ``state`` is "current", "absent" (no spec file found, or no dbgen header) or "changed";
+    ``message`` says which file and what to run."""
+
+    state: str
+    message: str = ""
+
+
+def spec_state(generated: Path) -> SpecState:
+    """Compare the spec named in ``generated``'s header with the hash the header records.
+
+    The spec is looked for at the header's path (relative to the project's root) from each folder
+    above the file, nearest first. Its hash is computed as the build computed it, with the
+    version the header names (so that a newer dbgen alone changes nothing here; ``dbgen check``
+    tells that), the project's line length and each of the build options a digest can hold
+    (--no-rewrite, --fuse), none of which the header records apart. What the generated tests run
+    (``test_spec_unchanged``): tests that pass against a spec edited since are no evidence."""
+    try:
+        first, second = generated.read_text(encoding="utf-8").split("\n", 2)[:2]
+    except (OSError, UnicodeDecodeError, ValueError):
+        return SpecState("absent", f"{generated.name}: cannot read its header")
+    version, _, spec_path = first.removeprefix(HEADER_PREFIX + " ").removesuffix(". DO NOT EDIT.").partition(" from ")
+    if not first.startswith(HEADER_PREFIX) or not second.startswith("# spec-sha256: "):
+        return SpecState("absent", f"{generated.name} has no dbgen header")
+    root = next((folder for folder in generated.resolve().parents if (folder / spec_path).is_file()), None)
+    if root is None:
+        return SpecState("absent", f"{spec_path} is not found in any folder above {generated.name}")
+    command = _rebuild_command(generated.resolve().parent, root)
+    try:
+        spec = load_spec(root / spec_path, spec_path, check_expr=False)
+    except SpecErrors as errors:
+        return SpecState("changed", f"{spec_path} no longer loads ({errors.problems[0]}); fix it, then run: {command}")
+    line_length = config.line_length(root)
+    if line_length != config.DEFAULT_LINE_LENGTH:
+        spec = dataclasses.replace(spec, line_length=line_length)
+    digests = {dataclasses.replace(spec, fuse=fuse).digest(version, rewrite)
+               for fuse in {spec.fuse, True} for rewrite in (True, False)}
+    if second.removeprefix("# spec-sha256: ") in digests:
+        return SpecState("current")
+    return SpecState("changed", f"{spec_path} has changed since dbgen built {generated.name} from it; run: {command}")
+
+
+def _rebuild_command(out: Path, root: Path) -> str:
+    """The build that brings OUT up to date, as far as OUT's files tell (its ``__init__.py`` names
+    the specs it was built from)."""
+    try:
+        first = (out / "__init__.py").read_text(encoding="utf-8").split("\n", 1)[0]
+    except (OSError, UnicodeDecodeError):
+        first = ""
+    specs = first.removesuffix(". DO NOT EDIT.").partition(" from ")[2] if first.startswith(HEADER_PREFIX) else ""
+    built = Path(os.path.relpath(out, root)).as_posix()
+    return (f"dbgen build {specs + ' ' if specs else ''}-o {built} (with your other build options); "
+            "dbgen check lists every stale file")
 
 
 def _reusable(path: Path, expected_header: str) -> str | None:
