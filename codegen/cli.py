@@ -367,10 +367,16 @@ def accuracy(
         raise typer.Exit(1)
 
 
+AUDIT_PARAMS_OPT = typer.Option(
+    [], "--params", metavar="NAME=NUMBER",
+    help="--expr's params (comma-separated or repeated); one named like a Function argument is passed there.",
+)
+
+
 @command()
 def audit(
     targets: List[str] = typer.Argument(
-        ..., metavar="TARGET...",
+        ..., metavar="TARGET",
         help="package.module:Class, path/to/file.py:Class, a module or a .py file (every Function in it).",
     ),
     domain: List[str] = typer.Option(
@@ -385,9 +391,12 @@ def audit(
     expr: Optional[str] = typer.Option(
         None, "--expr", metavar="EXPR", help="Compare with this formula of the inputs (the spec language)."
     ),
+    params: list[str] = AUDIT_PARAMS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON (a list, one object per Function) for CI."),
     write_spec: Optional[Path] = typer.Option(
-        None, "--write-spec", metavar="DIR", help="Write the replacing spec of each Function --expr matches into DIR."
+        None, "--write-spec", metavar="DIR",
+        help="Write the replacing spec of each Function whose value --expr matches into DIR (also of one whose "
+             "derivatives are wrong: that is what replacing it is for).",
     ),
     timeout: float = typer.Option(
         60.0, "--timeout", min=0, metavar="SECONDS",
@@ -407,14 +416,19 @@ def audit(
     import_torch()
     from . import audit as auditing
     from .audit import report
+    from .scaffold import NewSpecError
 
     try:
         if dtype not in ("float64", "float32"):
             raise ValueError(f"--dtype {dtype!r} must be float64 or float32")
-        options = auditing.Options(_domains(domain), _shape(shape), order, expr, dtype, timeout or None)
+        options = auditing.Options(_domains(domain), _shape(shape), order, expr, dtype,
+                                   params=_audit_params(params), timeout=timeout or None)
         audits = auditing.run(targets, options, skipped=lambda text: typer.echo(f"dbgen: skipped {text}", err=True))
     except (auditing.TargetError, ValueError) as exc:
         console.Console().error(f"dbgen: {exc}")
+        raise typer.Exit(2) from None
+    except NewSpecError as exc:
+        console.Console().error(exc.lines[0])
         raise typer.Exit(2) from None
     written = [_io(write_spec, lambda a=a: _write_spec(a, write_spec)) for a in audits if a.spec] if write_spec else []
     if as_json:
@@ -425,6 +439,13 @@ def audit(
         _print_audit(audits, options, written)
     verdicts = {a.verdict for a in audits}
     raise typer.Exit(1 if auditing.WRONG in verdicts else 2 if auditing.UNCHECKED in verdicts else 0)
+
+
+def _audit_params(texts: list[str]) -> dict[str, float]:
+    """--params NAME=NUMBER (repeated or comma-separated), as ``dbgen new`` reads them."""
+    from .scaffold import parse_params
+
+    return {name: float(value) for name, value in parse_params(texts)}
 
 
 def _domains(texts: list[str]) -> dict[str, tuple[float, float]]:

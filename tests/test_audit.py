@@ -5,6 +5,7 @@ that replaces a Function, bad arguments)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -217,3 +218,95 @@ def test_float32_checks_every_order_against_float64(tmp_path):
     checks = {r.check: r for r in coarse.results}
     assert checks["float32"].status == dynamic.FAIL and "order 0 in float32 is off" in checks["float32"].reason
 
+
+
+# --- replacing a Function (issue 29) ---------------------------------------------------------------
+
+SCALED_SOFTPLUS = '''
+import torch
+
+
+class ScaledSoftplus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, beta):
+        ctx.save_for_backward(x)
+        ctx.beta = beta
+        return torch.nn.functional.softplus(beta * x) / beta
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(ctx.beta * x), None
+
+
+class Softplus2(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(2 * x) / 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.sigmoid(2 * x).detach()
+'''
+
+
+def test_a_wrong_function_whose_value_is_exprs_gets_its_replacement_and_it_is_right(tmp_path):
+    """Replacing a wrong Function is the point: SinhBad's spec is written, says what was wrong, and
+    builds a sinh whose second derivative is sinh's."""
+    import torch
+
+    result = run_dbgen(["audit", f"{SEED}:SinhBad", "--expr", "sinh(x)", "--write-spec", "specs"], tmp_path)
+    assert result.returncode == 1 and "dbgen: wrote specs/sinh_bad.yaml" in result.stdout, result.stdout
+    text = (tmp_path / "specs" / "sinh_bad.yaml").read_text()
+    assert "its derivatives wrong from order 2; this spec's are exact" in text.splitlines()[0]
+    assert run_dbgen(["build", "specs", "-o", "generated"], tmp_path).returncode == 0
+    loader = importlib.util.spec_from_file_location("sinh_bad", tmp_path / "generated" / "sinh_bad.py")
+    sinh_bad = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(sinh_bad)
+    x = torch.tensor([0.3, -1.2], dtype=torch.float64, requires_grad=True)
+    (first,) = torch.autograd.grad(sinh_bad.sinh_bad(x).sum(), x, create_graph=True)
+    (second,) = torch.autograd.grad(first.sum(), x)
+    assert torch.allclose(second, torch.sinh(x.detach()), rtol=1e-12)
+
+
+def test_params_name_a_function_argument_and_go_into_the_spec(tmp_path):
+    path = tmp_path / "fns.py"
+    path.write_text(SCALED_SOFTPLUS)
+    options = auditing.Options(expr="softplus(beta*x)/beta", params={"beta": 2.0})
+    audit = auditing.run([f"{path}:ScaledSoftplus"], options)[0]
+    assert audit.verdict == "limited" and audit.correct_to_order == 3, audit.summary
+    assert "params:\n  beta: 2.0\n" in audit.spec and "inputs: [x]" in audit.spec
+    unset = auditing.run([f"{path}:ScaledSoftplus"], auditing.Options(expr="softplus(beta*x)/beta"))[0]
+    assert unset.verdict == "limited", unset.summary  # an internal error (KeyError: 'beta') before
+    assert "# beta: the value the audit passed the Function; set your default." in unset.spec
+
+
+@pytest.mark.parametrize("beta, agrees", [(2.0, True), (3.0, False)])
+def test_params_of_expr_alone_and_a_value_that_differs_says_why_no_spec(tmp_path, beta, agrees):
+    path = tmp_path / "fns.py"
+    path.write_text(SCALED_SOFTPLUS)
+    options = auditing.Options(expr="softplus(beta*x)/beta", params={"beta": beta})
+    audit = auditing.run([f"{path}:Softplus2"], options)[0]
+    assert (audit.spec is not None) == agrees, audit.summary
+    notes = [f.message for f in audit.findings if f.kind == static.NOTE]
+    if agrees:
+        assert audit.wrong_at_order == 2 and "params:\n  beta: 2.0\n" in audit.spec
+    else:
+        assert any(n.startswith("no replacing spec: its value is not --expr's") for n in notes), notes
+
+
+def test_the_table_shows_what_the_json_says(tmp_path):
+    """An order above a wrong one is shown as measured (dimmed), not as a dash."""
+    from rich.console import Console
+
+    from codegen.audit import report
+
+    audit = auditing.run([f"{SEED}:SinhBad"], auditing.Options())[0]
+    statuses = {r.check: r.status for r in audit.results}
+    assert statuses["order 2"] == "wrong" and statuses["order 3"] == "pass"
+    console = Console(width=200, record=True)
+    console.print(report.table([audit], 3, False))
+    row = next(line for line in console.export_text().splitlines() if "SinhBad" in line)
+    assert [cell.strip() for cell in row.split("│")[3:8]] == ["ok", "WRONG", "ok", "WRONG", "ok"], row

@@ -30,6 +30,8 @@ class Options:
     order: int = 3
     expr: str | None = None
     dtype: str = "float64"  # float32: also check every order in float32 against float64
+    # --params: the values of --expr's params; one that names a Function argument is passed there
+    params: dict = field(default_factory=dict)
     # the seconds one Function's audit, or one target's import, may take (None: no limit)
     timeout: float | None = DEFAULT_TIMEOUT
 
@@ -77,7 +79,9 @@ def audit(target: Target, options: Options) -> Audit:
         return unchecked(target.name, "no inputs", (
             "forward takes no input (every parameter after ctx has a default, or there is none): there is "
             "nothing to differentiate; audit a Function of tensor inputs"), *place, findings)
-    setup = dynamic.Setup(names, tuple(options.domains.get(n, dynamic.DEFAULT_DOMAIN) for n in names), options.shape)
+    fixed = tuple((n, float(options.params[n])) for n in names if n in options.params)
+    setup = dynamic.Setup(names, tuple(options.domains.get(n, dynamic.DEFAULT_DOMAIN) for n in names), options.shape,
+                          numbers=tuple(n for n, _ in fixed), fixed=fixed)
     try:
         setup = _callable_setup(target.cls, setup)
     except Exception as exc:  # noqa: BLE001 - the user's Function, called with tensors it does not take
@@ -91,7 +95,7 @@ def audit(target: Target, options: Options) -> Audit:
             "differentiate"), *place, findings, names)
     findings += _ungraded(target, setup)
     subject = dynamic.Subject(target.cls, setup)
-    reference = _reference(options.expr, names, options.order) if options.expr else None
+    reference = _reference(options, setup) if options.expr else None
     results = [*dynamic.gradchecks(subject, options.order),
                *dynamic.order_checks(subject, options.order, reference),
                *dynamic.transform_checks(subject)]
@@ -105,15 +109,27 @@ def audit(target: Target, options: Options) -> Audit:
         return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary,
                      label=NOT_CHECKABLE)
     spec = None
-    if options.expr and verdict != WRONG and correct_to == options.order:
-        from .replacement import replacing_spec
-
-        try:
-            spec = replacing_spec(target, names, options)
-        except Exception as exc:  # noqa: BLE001 - the Function is audited all the same: say why no spec
-            findings.append(static.Finding(*place, f"--expr agrees, but no replacing spec is written: {exc}",
-                                           static.NOTE, "spec"))
+    if options.expr:
+        spec, why_not = _replacement(target, setup, options, results, (verdict, wrong_at, correct_to))
+        if why_not:
+            findings.append(static.Finding(*place, f"no replacing spec: {why_not}", static.NOTE, "spec"))
     return Audit(target.name, names, tuple(findings), tuple(results), verdict, wrong_at, correct_to, summary, spec)
+
+
+def _replacement(target: Target, setup: dynamic.Setup, options: Options, results, found) -> tuple[str | None, str]:
+    """(the spec replacing the Function, "") where its value is --expr's, else (None, why not).
+    A Function wrong at some order is replaced all the same: that is what replacing it is for."""
+    from .replacement import replacing_spec
+
+    value = next((r for r in results if r.check == "expr order 0"), None)
+    if value is None or value.status != dynamic.PASS:
+        reason = value.reason if value is not None else "it was not compared"
+        return None, (f"its value is not --expr's ({reason}): a replacement computes what the Function "
+                      "computes; correct --expr (or give --params), then rerun")
+    try:
+        return replacing_spec(target, setup, options, found), ""
+    except Exception as exc:  # noqa: BLE001 - the Function is audited all the same: say why no spec
+        return None, str(exc)
 
 
 NOT_CHECKABLE = "n/a: give --domain"  # the verdict cell of a Function with an order not compared (not finite)
@@ -135,7 +151,8 @@ def _callable_setup(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
     trailing = probed.names[len(probed.names) - count:]
     if not count or set(trailing) <= set(probed.numbers):
         return probed
-    numbered = replace(probed, numbers=trailing, constant=tuple(n for n in probed.constant if n not in trailing))
+    numbered = replace(probed, numbers=_numbers(probed, trailing),
+                       constant=tuple(n for n in probed.constant if n not in trailing))
     try:
         dynamic.ungraded_inputs(cls, numbered)
     except Exception:  # noqa: BLE001 - it wants tensors there after all
@@ -143,12 +160,17 @@ def _callable_setup(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
     return numbered
 
 
+def _numbers(setup: dynamic.Setup, more) -> tuple[str, ...]:
+    """The setup's numbers (those --params gives) and ``more``, in argument order."""
+    return tuple(n for n in setup.names if n in setup.numbers or n in more)
+
+
 def _probed(cls: type, setup: dynamic.Setup) -> dynamic.Setup:
     try:
         return replace(setup, constant=dynamic.ungraded_inputs(cls, setup))
     except Exception:  # the user's Function: retried with numbers, re-raised if nothing works
         for count in range(1, len(setup.names)):
-            numbered = replace(setup, numbers=setup.names[-count:])
+            numbered = replace(setup, numbers=_numbers(setup, setup.names[-count:]))
             try:
                 return replace(numbered, constant=dynamic.ungraded_inputs(cls, numbered))
             except Exception:  # noqa: BLE001,S112 - try one more number
@@ -166,11 +188,13 @@ def _ungraded(target: Target, setup: dynamic.Setup) -> list[static.Finding]:
         for name in names]
 
 
-def _reference(expr: str, names: tuple[str, ...], order: int):
-    """Autograd through ``expr`` in torch ops, as dbgen's generated tests write it."""
-    from .replacement import formula_function
+def _reference(options: Options, setup: dynamic.Setup):
+    """Autograd through ``--expr`` in torch ops, as dbgen's generated tests write it: a function
+    of the Function's tensor inputs, its numbers (and the other --params) as params."""
+    from .replacement import expr_params, formula_function
 
-    return formula_function(expr, names, order)
+    tensors = tuple(n for n in setup.names if n not in setup.numbers)
+    return formula_function(options.expr, tensors, options.order, expr_params(setup, options))
 
 
 def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: Target) -> list[static.Finding]:

@@ -51,6 +51,14 @@ class Setup:
     constant: tuple[str, ...] = ()
     # trailing arguments it takes as Python numbers (a param such as alpha): 3/4 into their domain
     numbers: tuple[str, ...] = ()
+    # numbers given their value (audit --params): (name, value) pairs
+    fixed: tuple[tuple[str, float], ...] = ()
+
+    def number_values(self) -> dict[str, float]:
+        """The value forward is passed for each number: its --params value, else 3/4 into its domain."""
+        given = dict(self.fixed)
+        return {name: given.get(name, lo + 0.75 * (hi - lo))
+                for name, (lo, hi) in zip(self.names, self.domains) if name in self.numbers}
 
     def inputs(self, seed: int, shape=None) -> list[torch.Tensor]:
         """The tensor inputs (not the numbers), drawn from their domains."""
@@ -62,9 +70,8 @@ class Setup:
 
     def arguments(self, tensors) -> list:
         """forward's arguments: the tensors, with the numbers in their places."""
-        given = iter(tensors)
-        return [lo + 0.75 * (hi - lo) if name in self.numbers else next(given)
-                for name, (lo, hi) in zip(self.names, self.domains)]
+        given, numbers = iter(tensors), self.number_values()
+        return [numbers[name] if name in numbers else next(given) for name in self.names]
 
 
 def wrt(inputs) -> list[torch.Tensor]:

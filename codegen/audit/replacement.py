@@ -23,27 +23,37 @@ from .targets import Target, TargetError
 _SUFFIXES = ("_auto_fn", "_function", "_func", "_fn")
 
 
-def formula_function(expr: str, names: tuple[str, ...], order: int):
-    """``expr`` of the inputs ``names`` as a torch function (TargetError where it is not in the
-    language, with the parser's message)."""
+def formula_function(expr: str, names: tuple[str, ...], order: int, params: dict | None = None):
+    """``expr`` of the inputs ``names`` and the ``params`` (name -> value) as a torch function
+    (TargetError where it is not in the language, with the parser's message)."""
     from ..expr import ExprError, parse_expr
     from ..memory import written_function
 
+    params = params or {}
     try:
-        parse_expr(expr, names, ())
+        parse_expr(expr, names, tuple(params))
     except ExprError as exc:
-        raise TargetError(f"--expr: {exc} (the Function's inputs are {', '.join(names)})") from None
-    return written_function(Spec(path="--expr", name="audited", expr=expr, inputs=names, order=order))
+        given = f"the Function's inputs are {', '.join(names)}" + (f"; params: {', '.join(params)}" if params else "")
+        raise TargetError(f"--expr: {exc} ({given}; give a param's value with --params NAME=NUMBER)") from None
+    return written_function(Spec(path="--expr", name="audited", expr=expr, inputs=names, order=order,
+                                 params=tuple((n, float(v)) for n, v in params.items())))
 
 
-def replacing_spec(target: Target, names: tuple[str, ...], options) -> str | None:
-    """The spec replacing an elementwise Function that --expr matches; None where it is not elementwise."""
-    if not _elementwise(target.cls, names):
-        return None
+def expr_params(setup: dynamic.Setup, options) -> dict[str, float]:
+    """--expr's params: the Function's numbers at the values it is passed, and the other --params."""
+    return {**setup.number_values(), **{n: float(v) for n, v in options.params.items() if n not in setup.names}}
+
+
+def replacing_spec(target: Target, setup: dynamic.Setup, options, found) -> str:
+    """The spec replacing an elementwise Function whose value is --expr's; TargetError saying why
+    not where there is none. ``found``: the audit's (verdict, wrong_at_order, correct_to_order)."""
+    if not _elementwise(target.cls, setup):
+        raise TargetError("the Function is not elementwise (one output of its inputs' shape, each element of "
+                          "the same elements of the inputs): write its spec by hand (dbgen new)")
     wanted = spec_name(target.cls.__name__)
     refused = None
     for name in (wanted, f"{wanted}_fn", f"{wanted}_function"):  # Abs -> abs is a builtin: abs_fn
-        text = _spec_text(target, names, options, name, wanted if name != wanted else None, refused)
+        text = _spec_text(target, setup, options, found, name, (wanted if name != wanted else None, refused))
         try:
             _validate(text, f"{name}.yaml")
         except TargetError as exc:
@@ -53,13 +63,27 @@ def replacing_spec(target: Target, names: tuple[str, ...], options) -> str | Non
     raise TargetError(f"the replacing spec would not load: {refused}")
 
 
-def _spec_text(target: Target, names, options, name: str, renamed: str | None, why: str | None) -> str:
-    lines = [f"# Replaces {target.name}: dbgen audit found --expr equal to it at every order up to {options.order}."]
-    if renamed:
-        lines.append(f"# Named {name}, not {renamed}: {why}.")
-    lines += [f"name: {name}", f"expr: {_quoted(options.expr)}", f"inputs: [{', '.join(names)}]",
+def _spec_text(target: Target, setup: dynamic.Setup, options, found, name: str, renamed) -> str:
+    _, wrong_at, correct_to = found
+    if wrong_at is not None:
+        found_text = f"its value equal to --expr, its derivatives wrong from order {wrong_at}; this spec's are exact"
+    elif correct_to == options.order:
+        found_text = f"--expr equal to it at every order up to {options.order}"
+    else:
+        found_text = f"its value equal to --expr, and its derivatives to order {correct_to} (no further order checked)"
+    lines = [f"# Replaces {target.name}: dbgen audit found {found_text}."]
+    if renamed[0]:
+        lines.append(f"# Named {name}, not {renamed[0]}: {renamed[1]}.")
+    tensors = [n for n in setup.names if n not in setup.numbers]
+    params = expr_params(setup, options)
+    lines += [f"name: {name}", f"expr: {_quoted(options.expr)}", f"inputs: [{', '.join(tensors)}]",
               f"order: {options.order}"]
-    domains = {n: options.domains[n] for n in names if n in options.domains}
+    if params:
+        guessed = [n for n in params if n not in options.params]
+        if guessed:
+            lines.append(f"# {', '.join(guessed)}: the value the audit passed the Function; set your default.")
+        lines += ["params:", *(f"  {n}: {value!r}" for n, value in params.items())]
+    domains = {n: options.domains[n] for n in tensors if n in options.domains}
     if domains:
         lines += ["domain:", *(f"  {n}: [{lo!r}, {hi!r}]" for n, (lo, hi) in domains.items())]
     lines.append(f"doc: {_quoted(f'Replaces the hand-written {target.cls.__name__}.')}")
@@ -83,9 +107,10 @@ def _quoted(text: str) -> str:
     return json.dumps(text)
 
 
-def _elementwise(cls: type, names: tuple[str, ...]) -> bool:
-    """One output of the inputs' shape whose Jacobian in each input is diagonal."""
-    setup = dynamic.Setup(names, tuple(dynamic.DEFAULT_DOMAIN for _ in names), (4,))
+def _elementwise(cls: type, setup: dynamic.Setup) -> bool:
+    """One output of the inputs' shape whose Jacobian in each tensor input is diagonal."""
+    setup = dynamic.Setup(setup.names, tuple(dynamic.DEFAULT_DOMAIN for _ in setup.names), (4,),
+                          numbers=setup.numbers, fixed=tuple(setup.number_values().items()))
     subject = dynamic.Subject(cls, setup)
     inputs = setup.inputs(seed=6)
     try:

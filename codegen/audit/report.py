@@ -51,7 +51,8 @@ def table(audits: Sequence[Audit], order: int, with_expr: bool):
 
     legend = ("gc, ggc: gradcheck, gradgradcheck; 1..N: each order against differences of the order below"
               + ("; e0..eN: the value and each order against autograd through --expr" if with_expr else "")
-              + "; func: the torch.func transforms and forward-mode AD; compile: fullgraph=True")
+              + "; dim: an order above a wrong one; func: the torch.func transforms and forward-mode AD; "
+              "compile: fullgraph=True")
     grid = Table(title="dbgen audit", title_justify="left", caption=legend, caption_justify="left")
     columns = ["Function", "first finding", "gc", "ggc", *(str(k) for k in range(1, order + 1))]
     if with_expr:
@@ -78,10 +79,11 @@ def _short_name(audit: Audit) -> str:
 
 
 def _order_cells(results) -> list[str]:
-    """Each order's cell; after a wrong order, a dash: the orders above are derivatives of a wrong one."""
+    """Each order's cell, as the JSON says it; after a wrong order dimmed: the orders above are
+    derivatives of a wrong one, whatever they are measured to be."""
     cells, wrong = [], False
     for result in results:
-        cells.append("[dim]-[/]" if wrong else _cell(result))
+        cells.append(f"[dim]{_SHOWN[result.status]}[/]" if wrong and result is not None else _cell(result))
         wrong = wrong or (result is not None and result.status == WRONG_NUMBER)
     return cells
 

@@ -28,11 +28,11 @@ TORCH_CTX_ATTRIBUTES = frozenset({
 })
 # calls that take a value out of autograd's sight in backward
 _LEAVING = {
-    "detach": "`.detach()` makes it a constant to autograd",
-    "detach_": "`.detach_()` makes it a constant to autograd",
-    "numpy": "`.numpy()` leaves torch: autograd cannot follow it",
-    "item": "`.item()` makes it a Python number: its dependence on the inputs is lost",
-    "tolist": "`.tolist()` makes Python numbers: their dependence on the inputs is lost",
+    "detach": "`.detach()`, which makes its value a constant to autograd",
+    "detach_": "`.detach_()`, which makes its value a constant to autograd",
+    "numpy": "`.numpy()`, which leaves torch: autograd cannot follow it",
+    "item": "`.item()`, which makes a Python number: its dependence on the inputs is lost",
+    "tolist": "`.tolist()`, which makes Python numbers: their dependence on the inputs is lost",
 }
 # attributes of a tensor that are not tensors: assigning them to ctx is fine
 _NOT_TENSOR_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "layout"}
