@@ -419,8 +419,8 @@ def _without_base(term, base):
 
 def _power_polynomial(add):
     """(B, a, P, t) where ``add`` is B**a * P(B) with P a polynomial in t = B of two terms or more
-    and a degree of at most POWER_TERMS, the exponent a not a number (x**p with p a param); else
-    None."""
+    and a degree of at most POWER_TERMS, the exponent a not a number (x**p with p a param), its
+    coefficients free of floats; else None."""
     if len(add.args) > POWER_TERMS:
         return None
     for base, first in _symbolic_powers(add.args[0]).items():
@@ -434,8 +434,11 @@ def _power_polynomial(add):
         steps = [k - min(offsets) for k in offsets]
         if max(steps) > POWER_TERMS:
             continue
+        coefficients = [_without_base(term, base) for term in add.args]
+        if any(c.has(sympy.Float) for c in coefficients):
+            continue  # SymPy's factor over floats is inexact, and raised on TorchANI's angular term
         t = sympy.Dummy("t")
-        polynomial = sympy.Add(*(_without_base(term, base) * t**k for term, k in zip(add.args, steps)))
+        polynomial = sympy.Add(*(c * t**k for c, k in zip(coefficients, steps)))
         return base, lowest, polynomial, t
     return None
 
@@ -454,7 +457,10 @@ def _factored_power_polynomial(add):
     if found is None:
         return None
     base, lowest, polynomial, t = found
-    factored_polynomial = sympy.factor(polynomial, t)
+    try:
+        factored_polynomial = sympy.factor(polynomial, t)
+    except (TypeError, sympy.PolynomialError):  # SymPy's own limits: left as it is
+        return None
     if not _has_a_root(factored_polynomial, t):
         return None
     return base**lowest * factored_polynomial.subs(t, base)

@@ -195,3 +195,12 @@ def test_envelope_derivatives_are_exact_near_their_root_and_finite_at_zero(p):
                                 mpmath.mpf(near_root), order)
         assert abs(value - float(truth)) <= 16 * abs(float(truth)) * 2.0**-52, (order, value, truth)
         assert math.isfinite(eval(code, {**at, "x": torch.tensor(0.0, dtype=torch.float64)}).item())
+
+
+def test_power_polynomials_over_floats_and_calls_are_left_as_they_are():
+    """TorchANI's angular term: powers of 1 + cos(u) with float and cos coefficients. SymPy's factor
+    raised TypeError on one of its derivatives (and is slow over such coefficients)."""
+    x, y = sympy.symbols("x y", real=True)
+    base = 1 + x**2
+    formula = 0.5 * sympy.cos(x) * base**y - 0.25 * sympy.sin(x) * base ** (y + 1)
+    assert stabilize(formula) == formula
