@@ -155,3 +155,22 @@ def test_site_builds_strictly(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Usage: dbgen build" in (tmp_path / "site" / "reference" / "cli.html").read_text()
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_the_install_step_installs_what_the_next_steps_run(page):
+    """A newcomer runs the page's commands in order: its pip lines must install dbgen from a path
+    or URL (PyPI's dbgen is another package) and every other command its run blocks call."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    installs = " ".join(line for line in re.findall(r"^pip install .*$", text, flags=re.MULTILINE))
+    assert "/path/to/dbgen" in installs and not re.search(r"pip install ['\"]?dbgen\b", text), installs
+    commands = {line.split()[0] for block in re.findall(r"<!-- docs-test: run -->\n```sh\n(.*?)```", text, re.S)
+                for line in block.splitlines() if line.strip()}
+    assert commands - {"dbgen"} <= set(installs.split()), (commands, installs)
+
+
+def test_no_page_installs_an_extra_from_pypi():
+    """``pip install 'dbgen[scipy]'`` installs PyPI's unrelated dbgen in a fresh environment."""
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "templates").glob("*.jinja")]:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"pip install ['\"]?dbgen\[", text), page
