@@ -177,7 +177,7 @@ def test_a_missing_scipy_is_reported_with_how_to_install_it(tmp_path, monkeypatc
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.special", None)
     with pytest.raises(ImportError, match=r"j calls scipy.special \(jv\), and SciPy is not installed: pip install "
-                                          r"'dbgen\[scipy\]' \(or pip install scipy\)"):
+                                          r"scipy$"):
         module.j(torch.tensor([1.0]))
 
 
