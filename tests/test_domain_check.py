@@ -182,3 +182,35 @@ def test_a_suggested_domain_passes_the_check(tmp_path, expr, inputs):
     assert "; set domain: {" in problem, problem
     suggested = problem.rsplit("set domain: ", 1)[1]
     assert _problems(tmp_path, _spec(expr, suggested, inputs=inputs)) == [], suggested
+
+
+def test_scipy_functions_are_evaluated_by_scipy_as_the_generated_code_calls_them():
+    """SciPy's own values on the grid (microseconds a call, where mpmath's Bessel K took a
+    millisecond), and no real value where the function has none."""
+    scipy_special = pytest.importorskip("scipy.special")
+    from codegen import domain
+
+    functions = domain._functions()
+    for nu, x in ((1.5, 2.0), (0.3, 0.7), (2.5, 11.0)):
+        assert functions["kv"](nu, x) == float(scipy_special.kv(nu, x))
+        assert functions["jv"](nu, x) == float(scipy_special.jv(nu, x))
+    assert functions["lambertw"](1.0) == float(scipy_special.lambertw(1.0).real)
+    with pytest.raises(ValueError, match="no real value"):
+        functions["lambertw"](-1.0)  # below -1/e: complex
+
+
+def test_evaluating_the_grid_is_not_counted_against_the_time_limit(tmp_path, monkeypatch):
+    """Whether a spec builds must not depend on the machine's load: the grid's evaluation is not
+    symbolic work."""
+    from codegen import domain, limits
+
+    slow = domain._not_finite
+
+    def slowly(*args):
+        time.sleep(1.5)
+        return slow(*args)
+
+    monkeypatch.setattr(domain, "_not_finite", slowly)
+    path = tmp_path / "f.yaml"
+    path.write_text(_spec("log(x)", "{x: [0.5, 2]}", order=1))
+    pipeline.generate(path, root=tmp_path, limits=limits.Limits(seconds=1.0))
