@@ -51,7 +51,7 @@ VERBOSE_OPT = typer.Option(
     False, "--verbose", "-v", help="Also print a line per spec (generated or up to date, with timing)."
 )
 TIME_LIMIT_OPT = typer.Option(
-    limits.DEFAULT.seconds, "--time-limit", min=0, metavar="SECONDS", help="Seconds of symbolic work allowed per spec; 0: no limit."
+    limits.DEFAULT.seconds, "--time-limit", min=0, metavar="SECONDS", help="Seconds of CPU time of symbolic work allowed per spec; 0: no limit."
 )
 SIZE_LIMIT_OPT = typer.Option(
     limits.DEFAULT.size, "--size-limit", min=0, metavar="NODES", help="Expression nodes allowed in one derivative order of a spec; 0: no limit."

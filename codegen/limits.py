@@ -15,9 +15,12 @@ in 3.2 s, both under 65 MB; at 100,000 mish goes on to order 7 (550,936 nodes) a
   backward (order 1); one order over the limit stops the spec (or, in an attempt, that attempt). Memory needs no limit of its own (RLIMIT_AS would need a process per
   spec): SymPy shares repeated subexpressions (an unlimited build of the blow-up above peaks at
   76 MB), and an order is only ever computed from one under the limit.
-- time: a deadline, checked at the same points, and a hard stop for one long SymPy call: a
-  one-shot ``SIGALRM`` timer raising ``LimitExceeded`` in the thread doing the work (where the
-  platform has ``setitimer`` and the work runs in a main thread, which ``--jobs`` workers do).
+- time: a deadline in the process's CPU time (``now``), checked at the same points, and a hard
+  stop for one long SymPy call: a one-shot CPU-time timer (``ITIMER_PROF``, ``SIGPROF``) raising
+  ``LimitExceeded`` in the thread doing the work (where the platform has ``setitimer`` and the
+  work runs in a main thread, which ``--jobs`` workers do). CPU time, not the wall clock: a spec
+  near the limit must not build on an idle laptop and fail on a loaded CI machine (issue 29); the
+  build process does one spec's symbolic work at a time, so its CPU time is that work's.
   ``LimitExceeded`` is a ``BaseException`` so that SymPy's ``except Exception`` cannot swallow it.
 - optional work (``attempt``): ``auto`` plans each candidate strategy as an attempt that may use
   a share of the time left; a candidate past a limit is dropped (``plan.make_plan``) and the spec
@@ -35,6 +38,10 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+
+# The clock of the time limit and its timer: the process's CPU time (see the module docstring).
+now = time.process_time
+TIMER, TIMER_SIGNAL = (signal.ITIMER_PROF, signal.SIGPROF) if hasattr(signal, "ITIMER_PROF") else (None, None)
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,9 @@ class LimitExceeded(BaseException):
         return f"symbolic work exceeded {self.what()} {self.where()}; {self.advice()}"
 
     def what(self) -> str:
-        return f"the size limit of {self.limits.size} nodes" if self.kind == "size" else f"{self.limits.seconds:g} s"
+        if self.kind == "size":
+            return f"the size limit of {self.limits.size} nodes"
+        return f"{self.limits.seconds:g} s of CPU time"
 
     def where(self) -> str:
         return f"at order {self.order} (size {self.size})" if self.order else "before the first derivative was done"
@@ -97,7 +106,7 @@ class Budget:
 
     def __init__(self, limits: Limits):
         self.limits = limits
-        self.deadline = time.monotonic() + limits.seconds if limits.seconds else None
+        self.deadline = now() + limits.seconds if limits.seconds else None
         self.order = 0
         self.size = 0
         self.alarm = False  # whether a timer is armed for the deadline (``_alarm``)
@@ -113,7 +122,7 @@ class Budget:
         self.check_time()
 
     def check_time(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.deadline is not None and now() > self.deadline:
             raise self.timed_out()
 
     def timed_out(self) -> LimitExceeded:
@@ -126,8 +135,8 @@ class Budget:
         outer = (self.deadline, self.order, self.size)
         self.order = self.size = 0
         if self.deadline is not None:
-            now = time.monotonic()
-            self.deadline = now + share * max(self.deadline - now, 0.0)
+            started = now()
+            self.deadline = started + share * max(self.deadline - started, 0.0)
             self._rearm()
         try:
             yield self
@@ -142,19 +151,19 @@ class Budget:
         if self.deadline is None:
             yield self
             return
-        left = self.deadline - time.monotonic()
+        left = self.deadline - now()
         self.deadline = None
         if self.alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(TIMER, 0)
         try:
             yield self
         finally:
-            self.deadline = time.monotonic() + left
+            self.deadline = now() + left
             self._rearm()
 
     def _rearm(self) -> None:
         if self.alarm:
-            signal.setitimer(signal.ITIMER_REAL, max(self.deadline - time.monotonic(), 1e-3))
+            signal.setitimer(TIMER, max(self.deadline - now(), 1e-3))
 
 
 _current: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("dbgen_budget", default=None)
@@ -216,9 +225,9 @@ def enforced(limits: Limits):
 
 @contextlib.contextmanager
 def _alarm(budget: Budget):
-    """A one-shot SIGALRM at the deadline, raising in the thread doing the work; nothing where it
-    cannot be had (no setitimer, not the main thread, or a timer already in use by someone else,
-    pytest-timeout say): the hooks' deadline checks still apply there."""
+    """A one-shot CPU-time timer at the deadline, raising in the thread doing the work; nothing
+    where it cannot be had (no setitimer, not the main thread, or the timer already in use by
+    someone else, a profiler say): the hooks' deadline checks still apply there."""
     if budget.deadline is None or not _alarm_available():
         yield
         return
@@ -226,7 +235,7 @@ def _alarm(budget: Budget):
     def on_alarm(signum, frame):
         raise budget.timed_out()
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    previous = signal.signal(TIMER_SIGNAL, on_alarm)
     try:
         budget.alarm = True
         budget._rearm()
@@ -234,14 +243,15 @@ def _alarm(budget: Budget):
     finally:
         budget.alarm = False
         try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(TIMER, 0)
         finally:
-            signal.signal(signal.SIGALRM, previous)
+            signal.signal(TIMER_SIGNAL, previous)
 
 
 def _alarm_available() -> bool:
     return (
         hasattr(signal, "setitimer")
+        and TIMER is not None
         and threading.current_thread() is threading.main_thread()
-        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        and signal.getitimer(TIMER) == (0.0, 0.0)
     )

@@ -77,7 +77,6 @@ import functools
 import math
 import signal
 import threading
-import time
 
 import mpmath
 import sympy
@@ -712,11 +711,11 @@ def _bounded(seconds: float):
     active (its timer raises limits.LimitExceeded, which ends the attempt only), else by a timer
     of its own where one can be had (raising _TooLong); and ``_tick`` raises _TooLong between
     steps past it either way."""
-    token = _until.set(time.monotonic() + seconds)
+    token = _until.set(limits.now() + seconds)
     try:
         budget = limits._current.get()
         if budget is not None and budget.deadline is not None:
-            left = budget.deadline - time.monotonic()
+            left = budget.deadline - limits.now()
             try:
                 with limits.attempt(1.0 if left <= seconds else seconds / left):
                     yield
@@ -727,13 +726,13 @@ def _bounded(seconds: float):
             def on_alarm(signum, frame):
                 raise _TooLong()
 
-            previous = signal.signal(signal.SIGALRM, on_alarm)
+            previous = signal.signal(limits.TIMER_SIGNAL, on_alarm)
             try:
-                signal.setitimer(signal.ITIMER_REAL, seconds)
+                signal.setitimer(limits.TIMER, seconds)
                 yield
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
+                signal.setitimer(limits.TIMER, 0)
+                signal.signal(limits.TIMER_SIGNAL, previous)
         else:
             yield
     finally:
@@ -743,10 +742,11 @@ def _bounded(seconds: float):
 def _tick() -> None:
     """Raise _TooLong where the part's analysis is past its time (``_bounded``)."""
     until = _until.get()
-    if until is not None and time.monotonic() > until:
+    if until is not None and limits.now() > until:
         raise _TooLong()
 
 
 def _timer_available() -> bool:
-    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-            and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+    return (hasattr(signal, "setitimer") and limits.TIMER is not None
+            and threading.current_thread() is threading.main_thread()
+            and signal.getitimer(limits.TIMER) == (0.0, 0.0))
