@@ -87,8 +87,10 @@ def test_verbose_check_tells_each_spec(project):
     assert invoke("build", "specs", "-q").exit_code == 0
     result = invoke("check", "specs", "-v")
     assert result.exit_code == 0
-    assert "specs/exp.yaml: generated in" in result.stderr
+    assert "specs/exp.yaml: up to date, skipped" in result.stderr  # its header vouches for it
     assert "generated/ is up to date" in result.stdout
+    forced = invoke("check", "specs", "-v", "--force")
+    assert forced.exit_code == 0 and "specs/exp.yaml: generated in" in forced.stderr
 
 
 @pytest.mark.parametrize("command", ["build", "check"])
