@@ -79,7 +79,7 @@ def test_the_time_limit_interrupts_one_long_call_and_restores_the_alarm():
             while time.process_time() - start < 10:  # a call that never reaches a hook (bounded, so
                 pass                                   # that a broken timer fails rather than hangs)
     elapsed = time.process_time() - start
-    assert raised.value.kind == "time" and 0.3 <= elapsed < 5
+    assert raised.value.kind == "time" and 0.25 <= elapsed < 5  # the CPU timer ticks coarsely
     assert signal.getsignal(limits.TIMER_SIGNAL) is previous
     assert signal.getitimer(limits.TIMER) == (0.0, 0.0)
 
