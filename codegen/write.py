@@ -636,15 +636,18 @@ def orphaned_files(out: Path, files: dict[str, str]) -> list[str]:
 
 
 def find_orphans(out: Path, files: dict[str, str], manifest: Manifest | None) -> Orphans:
-    """OUT's generated files that a build of ``files`` would not write: those ``manifest`` records,
-    and the generated ``.py`` files found under OUT and at the top of a tests folder beside it that
-    ``files`` or the manifest writes into (a build of an earlier dbgen recorded nothing). Never:
+    """OUT's generated files that a build of ``files`` would not write: those ``manifest`` records;
+    without one (OUT of a dbgen before manifests), the generated ``.py`` files found under OUT and
+    at the top of a tests folder beside it that ``files`` writes into. Never:
     hidden names, symbolic links or what lies behind them, a folder holding a manifest of its own
     (another build's output), a test file whose ``_PATH`` leads to another output's module, nor a
     tests folder's shared file (``SHARED_TEST_FILES``) while another output's tests, or a kept
     orphan, beside it still use it."""
     recorded = manifest.files if manifest is not None else {}
-    candidates = sorted({*(rel for rel in recorded if rel not in files), *_found_generated(out, files, recorded)})
+    # with a manifest, only what it records: a copy of a generated file the user made (exp_backup.py,
+    # sub/cube.py) carries dbgen's header but was never this build's to report or delete
+    found = _found_generated(out, files, recorded) if manifest is None else []
+    candidates = sorted({*(rel for rel in recorded if rel not in files), *found})
     home = Path(os.path.realpath(out))
     mine: dict[str, tuple[str, bool]] = {}  # rel -> (body hash as written, edited since)
     for rel in candidates:

@@ -117,7 +117,8 @@ def test_prune_keeps_a_generated_file_edited_by_hand_and_says_so(tmp_path):
     resealed.write_text(write.seal(resealed.read_text().replace("gone.py", "kept.py")))
 
     done = write.commit(out, FILES, prune=True, tests="tests")
-    assert done.removed == [] and done.edited_orphans == done.orphans == ["b.py", "c.py", "tests/test_gone.py"]
+    # c.py is not in the manifest: never this build's, so neither an orphan nor deleted
+    assert done.removed == [] and done.edited_orphans == done.orphans == ["b.py", "tests/test_gone.py"]
     assert "B = 2  # mine now" in (out / "b.py").read_text() and (out / "c.py").exists() and resealed.exists()
     assert write.stale_files(out, FILES) == [(rel, "orphaned") for rel in done.orphans]
     assert {"b.py", "tests/test_gone.py"} <= set(manifest(out)["files"])  # still listed, still kept
@@ -339,3 +340,20 @@ def test_cli_says_once_that_it_lowered_jobs(project):
     [line] = lines_with(result, "--jobs 100000 lowered to")
     assert "usable core(s)" in line
     assert "lowered" not in dbgen("build", *OUTER, "--jobs", "1", cwd=project).stderr
+
+
+def test_copies_of_generated_files_the_manifest_does_not_list_are_left_alone(tmp_path):
+    """A user's backup of a generated file (exp_backup.py), a copy in a subfolder, a copied test:
+    they carry dbgen's header, but with a manifest only what it records is this build's, so check
+    does not count them and --prune does not delete them."""
+    out = tmp_path / "out"
+    write.commit(out, {**FILES, "b.py": generated("B = 1\n")}, tests="tests")
+    (out / "a_backup.py").write_text((out / "a.py").read_text())
+    (out / "sub").mkdir()
+    (out / "sub" / "b.py").write_text((out / "b.py").read_text())
+    (out / "tests" / "test_a_backup.py").write_text((out / "tests" / "test_a.py").read_text())
+    done = write.commit(out, FILES, prune=True, tests="tests")
+    assert done.removed == ["b.py"] and done.orphans == ["b.py"]
+    for kept in ("a_backup.py", "sub/b.py", "tests/test_a_backup.py"):
+        assert (out / kept).exists(), kept
+    assert write.stale_files(out, FILES) == []

@@ -426,7 +426,10 @@ def test_prune_removes_only_generated_orphans_and_follows_no_link(project):
     (outside / "linked.py").write_text(generated("LINKED = 1\n"))
     (outside / "folder").mkdir()
     (outside / "folder" / "gen.py").write_text(generated("IN_LINKED_FOLDER = 1\n"))
-    shutil.copy(out / "square.py", out / "orphan.py")  # generated, its spec gone: the only orphan
+    shutil.copy(EXAMPLES / "cube.yaml", project / "specs")
+    assert dbgen("build", "specs", "-o", "out", cwd=project).returncode == 0
+    (project / "specs" / "cube.yaml").unlink()  # its files, recorded in the manifest: the only orphans
+    shutil.copy(out / "square.py", out / "copy_of_square.py")  # the user's copy: never the build's
     (out / "handwritten.py").write_text("VALUE = 1\n")
     (out / "notes.txt").write_text(generated("not Python\n"))
     (out / ".hidden.py").write_text(generated("HIDDEN = 1\n"))
@@ -440,13 +443,13 @@ def test_prune_removes_only_generated_orphans_and_follows_no_link(project):
     check = dbgen("check", "specs", "-o", "out", cwd=project)
     assert check.returncode == 1
     assert [line for line in check.stderr.splitlines() if ": " in line and "differ" not in line] == \
-        ["out/orphan.py: orphaned"]
+        ["out/__init__.py: stale", "out/cube.py: orphaned", "out/tests/test_cube.py: orphaned"]
 
     pruned = dbgen("build", "specs", "-o", "out", "--prune", cwd=project)
     assert pruned.returncode == 0, pruned.stderr
-    assert "1 orphan(s) removed" in pruned.stdout
-    assert not (out / "orphan.py").exists() and not leftover.exists()
-    for kept in ("handwritten.py", "notes.txt", ".hidden.py", "link.py", "linked_folder"):
+    assert "2 orphan(s) removed" in pruned.stdout
+    assert not (out / "cube.py").exists() and not leftover.exists()
+    for kept in ("handwritten.py", "notes.txt", ".hidden.py", "link.py", "linked_folder", "copy_of_square.py"):
         assert (out / kept).is_symlink() or (out / kept).exists(), kept
     assert (out / "link.py").is_symlink() and (out / "linked_folder").is_symlink()
     assert snapshot(outside) == outside_before
