@@ -44,6 +44,11 @@ def _resolve(name: str) -> Callable:
         raise NativeError(f"native: {name} is a class, not a function; name the function form, e.g. {EXAMPLE}")
     if not callable(found):
         raise NativeError(f"native: {name} is not a function (it is a {type(found).__name__}); name one, e.g. {EXAMPLE}")
+    if parts[-1].endswith("_") and not parts[-1].startswith("_"):
+        parent, plain = functools.reduce(getattr, parts[1:-1], torch), parts[-1].rstrip("_")
+        instead = f", {'.'.join([*parts[:-1], plain])}" if callable(getattr(parent, plain, None)) else ""
+        raise NativeError(f"native: {name} works in place (it overwrites its input, which the tests and bench "
+                          f"reuse, and autograd refuses on a leaf); name the out-of-place op{instead}")
     module = getattr(found, "__module__", None) or ""
     if not module.startswith("torch"):
         raise NativeError(f"native: {name} is not a torch function; name one torch defines, e.g. torch.exp")

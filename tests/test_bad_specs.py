@@ -260,6 +260,11 @@ CORPUS = [
         (5, "native: torch.os.system is not a torch function; name one torch defines")),
     bad("native_class", spec("native_class", native="torch.nn.Mish"),
         (5, "native: torch.nn.Mish is a class, not a function; name the function form, e.g. torch.nn.functional.mish")),
+    bad("native_in_place", spec("native_in_place", native="torch.exp_"),
+        (5, "native: torch.exp_ works in place (it overwrites its input, which the tests and bench reuse, and "
+            "autograd refuses on a leaf); name the out-of-place op, torch.exp")),
+    bad("native_in_place_alone", spec("native_in_place_alone", native="torch.nn.init.zeros_"),
+        (5, "native: torch.nn.init.zeros_ works in place")),
     bad("native_not_callable", spec("native_not_callable", native="torch.float32"),
         (5, "native: torch.float32 is not a function (it is a dtype)")),
     bad("native_typo_with_other_problems", spec("native_typo_with_other_problems", order="0", native="torch.sinhh"),
