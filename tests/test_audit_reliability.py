@@ -170,3 +170,26 @@ def test_a_run_of_a_good_a_wrong_and_a_hostile_target_reports_all_three(tmp_path
     assert f"{hostile}:Quits: not checked" in out and "exit status 3" in out
     assert f"{wrong}:Cubed: silently wrong at order 1" in out
     assert "4 Function(s) audited, 1 silently wrong, 1 not checked" in out
+
+
+PATCH_THE_AUDIT = """
+_A = sys.modules.get("codegen.audit")
+if _A is not None:
+    _A.audit = lambda t, o: _A.Audit(t.name, ("x",), (), (), "ok", None, o.order, "correct")
+"""
+PATCH_THE_CHECKS = """
+for _name, _module in list(sys.modules.items()):
+    if _name == "codegen.audit.dynamic":
+        _module.gradchecks = _module.order_checks = _module.transform_checks = lambda *a, **k: []
+"""
+
+
+@pytest.mark.parametrize("patch, verdict", [(PATCH_THE_AUDIT, "wrong"), (PATCH_THE_CHECKS, "unchecked")])
+def test_a_target_that_patches_the_audit_at_import_is_not_passed(tmp_path, patch, verdict):
+    """The audited code runs in the worker, where it can change dbgen's own: the audit function is
+    taken before any target is imported, and a verdict whose checks never ran is not believed."""
+    path = _write(tmp_path, "faked.py", WRONG.replace("import torch\n", "import torch\n" + patch))
+    (audit,) = auditing.run([path], auditing.Options())
+    assert audit.verdict == verdict, audit.summary
+    if verdict == "unchecked":
+        assert audit.label == "audit tampered" and "never ran" in audit.summary

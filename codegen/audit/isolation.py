@@ -71,8 +71,11 @@ def run(texts: Sequence[str], options, skipped=None) -> list:
             text, found = item
             for index, (name, file, line) in enumerate(found):
                 answer = worker.ask(("audit", text, index, options))
-                if answer[0] == "audit":
+                doubt = _doubt(answer, options) if answer[0] == "audit" else None
+                if answer[0] == "audit" and doubt is None:
                     audits.append(answer[1])
+                elif doubt is not None:
+                    audits.append(unchecked(name, "audit tampered", doubt, file, line))
                 else:
                     label, message = _audit_trouble(answer, worker.timeout)
                     audits.append(unchecked(name, label, message, file, line))
@@ -81,6 +84,25 @@ def run(texts: Sequence[str], options, skipped=None) -> list:
         raise
     worker.stop()
     return audits
+
+
+def _doubt(answer: tuple, options) -> str | None:
+    """Why the worker's audit cannot be believed, or None: the audited code runs in the worker and
+    can change dbgen's own code there (a module that patches codegen.audit at import made a wrong
+    Function 'ok'). Every verdict but unchecked rests on every order's check having run."""
+    from . import UNCHECKED, Audit
+
+    audit = answer[1] if len(answer) > 1 else None
+    if not isinstance(audit, Audit):
+        return (f"the audit's answer is a {type(audit).__name__}, not an audit: the target changed dbgen's "
+                "audit code in the worker (at import?); audit it apart from what patches dbgen")
+    ran = {result.check for result in audit.results}
+    needed = {"gradcheck", *(f"order {k}" for k in range(1, options.order + 1))}
+    if audit.verdict != UNCHECKED and not needed <= ran:
+        missing = ", ".join(sorted(needed - ran))
+        return (f"verdict '{audit.verdict}' without the checks it rests on ({missing} never ran): the target "
+                "changed dbgen's audit code in the worker (at import?); audit it apart from what patches dbgen")
+    return None
 
 
 def _check_expr(expr: str) -> None:
@@ -227,7 +249,8 @@ def _how_it_ended(code: int | None) -> str:
     return f"exit status {code}"
 
 
-_PROCESS = {"forked": False, "warm": False}  # this process: whether it has forked a worker, and warmed up
+_PROCESS = {"forked": False, "warm": False}
+_AUDIT: dict = {}  # the worker's audit function, taken before it imports a target (``_serve``)  # this process: whether it has forked a worker, and warmed up
 
 
 def _warm() -> None:
@@ -290,8 +313,10 @@ def _serve(connection, method: str) -> None:
     sys.stdout = sys.stderr
     import torch
 
+    from . import audit
     from .dynamic import first_line
 
+    _AUDIT["audit"] = audit  # bound before any target is imported: one that patches codegen.audit misses it
     if method == "fork":
         torch.set_num_threads(1)
     try:
@@ -342,11 +367,10 @@ def _answer(job: tuple, resolved: dict) -> tuple:
 
 
 def _audited(target, options) -> tuple:
-    from . import audit
     from .dynamic import first_line
 
     try:
-        return ("audit", audit(target, options))
+        return ("audit", _AUDIT["audit"](target, options))
     except SystemExit as exc:
         message = f"calling it, or its backward, exits (sys.exit({exc.code!r})): nothing of it can be checked"
         return "failed", "exits when called", message
