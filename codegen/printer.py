@@ -19,6 +19,10 @@ from .series import Horner
 from .symbolic import SumTerm
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
+# The largest magnitude a Python float may have to be a where()/clamp() operand of any float
+# tensor: float16's largest finite value. torch converts such a scalar to the tensor's dtype and
+# raises on overflow (min(x, 1e300) in float32: "value cannot be converted to type float").
+HALF_MAX = 65504
 
 
 class Copy(sympy.Function):
@@ -418,11 +422,22 @@ class TorchPrinter(PythonCodePrinter):
                 code = code if code_is_tensor else self._filled(like, code, last)
                 code, code_is_tensor = f"({self._branch(value, like)} if {self._print(cond)} else {code})", True
                 continue
-            branch = self._print(value)
+            branch = self._scalar_operand(value)
             if not (self.is_tensor(value) or code_is_tensor):
-                branch = self._filled(self._tensor_of(cond), branch, value)  # where() of two floats is float32
+                branch = self._filled(self._tensor_of(cond), self._print(value), value)  # where() of two floats is float32
+            elif not code_is_tensor:
+                code = self._scalar_operand(last)
             code, code_is_tensor = f"torch.where({self._print(cond)}, {branch}, {code})", True
         return code
+
+    def _scalar_operand(self, value) -> str:
+        """A where() or clamp() operand: a tensor as it is, a number that every float dtype holds
+        as it is, any other float (a param, 1e300) as a float64 tensor of no dimension, which torch
+        casts to the other operand's dtype (inf past its range) where a Python float overflowing
+        it raises (min(x, 1e300) in float32)."""
+        if self.is_tensor(value) or (value.is_Number and abs(value) <= HALF_MAX):
+            return self._print(value)
+        return f"torch.tensor({self._print(value)}, dtype=torch.float64)"
 
     def _branch(self, value, like: str | None) -> str:
         if like is None or self.is_tensor(value):
@@ -451,9 +466,12 @@ class TorchPrinter(PythonCodePrinter):
     def _print_Guard(self, expr):
         value, taken, safe = expr.args
         side = expr.side  # branches.ClampBelow, ClampAbove
+        # a guard's bound that is a param is the branch's own threshold, compared with the input
+        # as it is (r < rc): kept a plain number, as readable as written
+        bound = self._scalar_operand(safe) if safe.is_Number else self._print(safe)
         if side and (self.scalar_keywords or not safe.free_symbols):
-            return f"torch.clamp({self._print(value)}, {side}={self._print(safe)})"
-        return f"torch.where({self._print(taken)}, {self._print(value)}, {self._print(safe)})"
+            return f"torch.clamp({self._print(value)}, {side}={bound})"
+        return f"torch.where({self._print(taken)}, {self._print(value)}, {bound})"
 
     # SymPy looks a Function's printer up by its own class name (or a base ending in "Base")
     _print_ClampBelow = _print_ClampAbove = _print_Guard

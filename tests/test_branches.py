@@ -331,3 +331,21 @@ def test_a_choice_on_params_alone_takes_its_branch_at_every_order(build, expr, s
         actual = derivative_chain(module.f, inputs, 3, seed=4, params={"a": a})
         expected = derivative_chain(pointwise(lambda x, a=a: reference(x, a)), inputs, 3, seed=4, params={"a": a})
         assert_chains_close(actual, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("expr, params, reference", [
+    ("min(x, 1e300)", {}, lambda x: x),
+    ("clamp(x, -1e300, 1e300) + where(x > 1e39, 0, x)", {}, lambda x: 2 * x),
+    ("min(x, c)", {"c": 1e300}, lambda x: x),
+    ("max(x, c)", {"c": 70000.0}, lambda x: torch.tensor(70000.0, dtype=torch.float64).expand(x.shape)),
+])
+def test_constants_beyond_a_dtypes_range_are_cast_not_refused(tmp_path, expr, params, reference):
+    """A branch value or bound a float dtype cannot hold (1e300 in float32, 70000 in float16) is
+    cast to inf as torch.minimum casts it; as a Python float torch.where raised on it (an internal
+    error at build, and every float32 call of min(x, c) at c = 1e300)."""
+    from helpers import build_spec
+
+    module = build_spec(tmp_path, name="f", expr=expr, inputs=["x"], order=2, params=params)
+    for dtype in (torch.float64, torch.float32, torch.float16):
+        x = torch.tensor([0.5, 1.5], dtype=dtype)
+        assert torch.equal(module.f(x), reference(x).to(dtype)), (dtype, module.f(x))
