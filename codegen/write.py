@@ -144,8 +144,31 @@ def refuse_foreign(out: Path, files: dict[str, str], shown_out: str) -> None:
         elif (out / rel).exists() and not is_generated(out / rel):
             problems.append(Problem(shown(shown_out, rel), 1, "exists and was not written by dbgen; move it away or "
                                     "choose another -o"))
+        else:
+            owner = _other_output(out, rel)
+            if owner is not None:
+                problems.append(Problem(shown(shown_out, rel), 1, (
+                    f"tests the module of another output ({owner}) that shares this tests folder; a spec of "
+                    "the same name in two outputs needs a tests folder each: give this build another --tests-out")))
     if problems:
         raise SpecErrors(sorted(set(problems)))
+
+
+def _other_output(out: Path, rel: str) -> str | None:
+    """The folder of the output whose module the existing generated test file ``out/rel`` tests,
+    where that is not ``out`` (two outputs sharing --tests-out, each with a spec of one name);
+    else None."""
+    path = out / rel
+    if not posixpath.basename(rel).startswith("test_") or not path.is_file() or not is_generated(path):
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    tested = tested_folder(path, text)
+    if tested is None or tested == Path(os.path.realpath(out)) or not tested.is_dir():
+        return None
+    return os.path.relpath(tested)
 
 
 def _link_on_the_way(out: Path, rel: str) -> str | None:

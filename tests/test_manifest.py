@@ -357,3 +357,16 @@ def test_copies_of_generated_files_the_manifest_does_not_list_are_left_alone(tmp
     for kept in ("a_backup.py", "sub/b.py", "tests/test_a_backup.py"):
         assert (out / kept).exists(), kept
     assert write.stale_files(out, FILES) == []
+
+
+def test_a_second_output_with_a_spec_of_the_same_name_in_a_shared_tests_folder_is_refused(project):
+    """Two outputs sharing --tests-out, each with a spec named sq: the second build would take over
+    t/test_dbgen_sq.py (its _PATH leading to its own module), and the two could never both be up
+    to date. It is refused, naming the output the file tests, and writes nothing."""
+    (project / "more" / "sq.yaml").write_text(SQUARE.replace("x**2", "3*x**2"))
+    before = tree(project / "t")
+    refused = dbgen("build", *INNER, cwd=project)
+    assert refused.returncode == 2 and "t/test_dbgen_sq.py:1: tests the module of another output (out)" in \
+        refused.stderr, refused.stderr
+    assert tree(project / "t") == before
+    ok("check", *OUTER, cwd=project)
