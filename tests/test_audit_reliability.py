@@ -193,3 +193,12 @@ def test_a_target_that_patches_the_audit_at_import_is_not_passed(tmp_path, patch
     assert audit.verdict == verdict, audit.summary
     if verdict == "unchecked":
         assert audit.label == "audit tampered" and "never ran" in audit.summary
+
+
+def test_a_backward_wrong_near_the_domains_end_is_found(tmp_path):
+    """Wrong on (1.8, 2] only, a twentieth of the default domain: six drawn points missed it (ok,
+    exit 0); the grid over the domain, its ends a thousandth inside, does not."""
+    path = _write(tmp_path, "edge.py", _function("WrongEdge", "return x * x",
+                                                  "return grad * torch.where(x > 1.8, 3 * x, 2 * x)"))
+    (audit,) = auditing.run([path], auditing.Options())
+    assert audit.verdict == "wrong" and audit.wrong_at_order == 1, audit.summary
