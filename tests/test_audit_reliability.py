@@ -202,3 +202,12 @@ def test_a_backward_wrong_near_the_domains_end_is_found(tmp_path):
                                                   "return grad * torch.where(x > 1.8, 3 * x, 2 * x)"))
     (audit,) = auditing.run([path], auditing.Options())
     assert audit.verdict == "wrong" and audit.wrong_at_order == 1, audit.summary
+
+
+def test_a_class_name_with_colons_is_shown_whole_in_the_table(tmp_path):
+    """The table's Function cell is the class's name after the file's '.py:' (it was cut at its
+    last colon: a class named ':smile:' showed an empty cell)."""
+    path = _write(tmp_path, "smile.py", WRONG + 'Cubed.__name__ = Cubed.__qualname__ = ":smile:"\n')
+    result = run_dbgen(["audit", path, "--order", "1"], tmp_path)
+    row = next(line for line in result.stdout.splitlines() if "smile.py:" in line and "│" in line)
+    assert row.split("│")[1].strip() == ":smile:", row

@@ -75,7 +75,13 @@ def table(audits: Sequence[Audit], order: int, with_expr: bool):
 
 
 def _short_name(audit: Audit) -> str:
-    return audit.shown or audit.function.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    """The class's name: after the file's ``.py:`` (a class may be named ``:smile:``), else the
+    last part of ``module.Class``."""
+    if audit.shown:
+        return audit.shown
+    if ".py:" in audit.function:
+        return audit.function.split(".py:", 1)[1]
+    return audit.function.rsplit(".", 1)[-1]
 
 
 def _order_cells(results) -> list[str]:
