@@ -357,7 +357,10 @@ def _check_constants(expr: sympy.Expr) -> None:
         value = _float_value(expr)
     except _NoFloatMeaning:
         return  # a SymPy form this check does not know: left to SymPy's own checks above
-    except (ValueError, ZeroDivisionError):
+    except ZeroDivisionError:
+        raise ExprError(f"the constant part {_short(expr)} divides by a value that rounds to 0 in float64; "
+                        "write it so that it does not cancel (expm1, log1p, ...)") from None
+    except ValueError:
         raise ExprError(f"the constant part {_short(expr)} has no real value; check the function's domain") from None
     except OverflowError:
         value = math.inf
@@ -439,7 +442,10 @@ def _float_value(expr: sympy.Expr) -> float:
     elif expr.is_Mul:
         value = math.prod(_float_value(arg) for arg in expr.args)
     elif expr.is_Pow:
-        value = math.pow(_float_value(expr.base), _float_value(expr.exp))
+        base, exponent = _float_value(expr.base), _float_value(expr.exp)
+        if base == 0 and exponent < 0:
+            raise ZeroDivisionError  # math.pow's ValueError would read as no real value
+        value = math.pow(base, exponent)
     elif expr.func in _FLOAT_FUNCTIONS:
         value = _FLOAT_FUNCTIONS[expr.func](*(_float_value(arg) for arg in expr.args))
     elif isinstance(expr, (special.SpecialFunctionBase, external.ScipyFunctionBase)):
