@@ -277,3 +277,18 @@ def test_a_dtype_that_is_neither_floating_integer_nor_complex_is_refused(name, f
                                             r"\(float16, bfloat16, float32 or float64\), or an integer or bool tensor "
                                             r"\(converted to float\)$"):
             _call(name, fn, x)
+
+
+@pytest.mark.parametrize("dims, zero_dim", [(torch.float32, torch.float64), (torch.float16, torch.float32),
+                                            (torch.float64, torch.float32), (torch.int64, torch.float64)])
+def test_a_zero_dim_tensor_counts_below_tensors_with_dimensions_as_in_torch(dims, zero_dim):
+    """The dtype of the result is torch's: float32 with a 0-dim float64 is float32 (it was float64:
+    the 0-dim tensor was expanded before torch saw it), and each gradient has its input's dtype."""
+    from generated.atan2 import atan2
+
+    y = torch.tensor([1.0, 2.0]).to(dims)
+    x = torch.tensor(2.0, dtype=zero_dim, requires_grad=True)
+    value = atan2(y, x)
+    assert value.dtype == torch.atan2(y, x).dtype, (value.dtype, torch.atan2(y, x).dtype)
+    (grad,) = torch.autograd.grad(value.sum(), x)
+    assert grad.dtype == x.dtype
