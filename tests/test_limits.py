@@ -390,3 +390,33 @@ def _spec_from_text(text: str):
         path = Path(folder) / "spec.yaml"
         path.write_text(text)
         return pipeline.load_spec(path, "spec.yaml")
+
+
+BLACK_SCHOLES = (
+    "name: black_scholes\n"
+    'expr: "S*(1 + erf((log(S/K) + (r + sigma**2/2)*T)/(sigma*sqrt(2*T))))/2'
+    ' - K*exp(-r*T)*(1 + erf((log(S/K) + (r - sigma**2/2)*T)/(sigma*sqrt(2*T))))/2"\n'
+    "inputs: [S, sigma]\nparams: {K: 100.0, r: 0.05, T: 1.0}\norder: 3\nstrategy: nested\n"
+    "domain: {S: [50, 150], sigma: [0.1, 0.5]}\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.fresh_build
+def test_black_scholes_in_price_and_volatility_builds_nested_at_order_3_at_the_defaults(tmp_path):
+    """Issue 29: a Black-Scholes call price in (S, sigma) under nested at order 3 exceeded the time
+    limit; it builds at the defaults, its Greeks to order 3 those of autograd through the formula."""
+    import torch
+
+    from helpers import assert_chains_close, derivative_chain, sample
+
+    module = build_under(tmp_path, BLACK_SCHOLES, limits.DEFAULT)
+
+    def price(S, sigma, K=100.0, r=0.05, T=1.0):
+        def call(shift):
+            return 1 + torch.erf((torch.log(S / K) + (r + shift * sigma**2 / 2) * T) / (sigma * (2 * T) ** 0.5))
+        return S * call(1) / 2 - K * torch.exp(torch.tensor(-r * T, dtype=S.dtype)) * call(-1) / 2
+
+    inputs = [sample((5,), 60, 140, seed=0), sample((5,), 0.15, 0.45, seed=1)]
+    assert_chains_close(derivative_chain(module.black_scholes, inputs, 3, seed=2),
+                        derivative_chain(price, inputs, 3, seed=2), rtol=1e-9, atol=1e-10)
