@@ -238,8 +238,9 @@ TRIPLE_EXP = "name: triple_exp\nexpr: exp(exp(exp(x)))\ninputs: [x]\norder: 6\nd
 
 def build_under(tmp_path: Path, text: str, bounds: limits.Limits):
     """Build the spec ``text`` under ``bounds`` and import the module (its name is the spec's)."""
-    from codegen import write
     from helpers import import_path
+
+    from codegen import write
 
     name = re.search(r"^name: (\w+)", text, re.M)[1]
     path = tmp_path / "specs" / f"{name}.yaml"
@@ -407,7 +408,6 @@ def test_black_scholes_in_price_and_volatility_builds_nested_at_order_3_at_the_d
     """Issue 29: a Black-Scholes call price in (S, sigma) under nested at order 3 exceeded the time
     limit; it builds at the defaults, its Greeks to order 3 those of autograd through the formula."""
     import torch
-
     from helpers import assert_chains_close, derivative_chain, sample
 
     module = build_under(tmp_path, BLACK_SCHOLES, limits.DEFAULT)
