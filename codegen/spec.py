@@ -511,6 +511,10 @@ class _Reader:
         if not math.isfinite(result) or abs(result) > 1e300:
             self.fail(node, f"{what} must be a finite number no larger than 1e300 in size, not {_shown(node)}")
             return None
+        if result == 0 and re.search(r"[1-9]", str(node.value).partition("e")[0].partition("E")[0]):
+            self.fail(node, f"{what} is {_shown(node)}, below float64's smallest number: it would be 0; write 0 "
+                            "if you mean it, or a number of at least 5e-324 in size")
+            return None
         return result
 
 

@@ -73,6 +73,20 @@ def test_infinite_or_huge_params_are_refused_as_before(written):
     assert message.startswith("param 'a' must be a finite number no larger than 1e300")
 
 
+@pytest.mark.parametrize("written", ["1e-400", "-2.5e-330", "0.000001e-320"])
+def test_a_nonzero_param_that_underflows_to_zero_is_refused(written):
+    """1e-400 was silently 0.0: a param the spec's author meant nonzero."""
+    ((path, line, message),) = problems(spec_text(f"a: {written}"))
+    assert (path, line) == ("specs/f.yaml", 6)
+    assert message.startswith(f"param 'a' is '{written}', below float64's smallest number: it would be 0")
+
+
+@pytest.mark.parametrize("written", ["0", "0.0", "-0.0", "0e5", "5e-324"])
+def test_zero_and_the_smallest_subnormal_are_kept(written):
+    spec = load_text(spec_text(f"a: {written}"), "specs/f.yaml")
+    assert spec.params == (("a", float(written)),)
+
+
 @pytest.mark.parametrize(("written", "form", "decimal"), [
     ("1:30", "sexagesimal, base 60", "90"),
     ("-1:30", "sexagesimal, base 60", "-90"),
