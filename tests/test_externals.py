@@ -370,3 +370,12 @@ def test_importlib_finds_the_examples_kernel():
     """specs/freely_jointed_chain.yaml's extern lives in specs/numpy_kernels.py, importable from
     the project's root (the generated tests run there)."""
     assert importlib.util.find_spec("specs.numpy_kernels") is not None
+
+
+def test_a_meta_tensor_is_refused_with_a_type_error(tmp_path):
+    """SciPy needs values: a meta tensor was copied to the CPU after a warning and failed in torch
+    ("Cannot copy out of meta tensor")."""
+    pytest.importorskip("scipy.special")
+    module = build_spec(tmp_path, name="k", expr="kv(1.5, x)", inputs=["x"], order=1, domain={"x": [0.5, 3]})
+    with pytest.raises(TypeError, match=r"k\(\): scipy.special.kv needs values, and a tensor on the meta device"):
+        module.k(torch.empty(3, device="meta"))
