@@ -272,7 +272,8 @@ def _message(spec, expr, inputs, formulas, points, failing) -> str:
     where = [point for point, fails in zip(points, failing) if fails]
     bad = not_finite([f for _, f in formulas], inputs, where)
     order = min(k for (k, _), row in zip(formulas, bad) if any(row))
-    culprit = _culprit(expr, spec, inputs, order, where)
+    culprit, part = _culprit(expr, spec, inputs, order, where)
+    where = _where_part_fails(part, spec, inputs, spec.order, where)
     lo, hi = DEFAULT_DOMAIN
     defaulted = "" if "domain" in dict(spec.lines) else f" (no domain is set: the default is [{lo:g}, {hi:g}])"
     text = f"domain: {culprit} is not finite {_where(spec, where, points)}{defaulted}"
@@ -285,9 +286,23 @@ def _message(spec, expr, inputs, formulas, points, failing) -> str:
 _ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
-def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
+def _where_part_fails(part, spec: Spec, inputs, order: int, where) -> list:
+    """The points of ``where`` at which ``part`` or a derivative of it up to ``order`` is not finite
+    (log(x) of log(x) + sqrt(y): x <= 0, whatever y is), where it has some; else ``where``."""
+    if part is None:
+        return where
+    formulas = [formula for _, formula in with_partials(at_defaults(part, spec), inputs, order)]
+    try:
+        bad = not_finite(formulas, inputs, where)
+    except UNEVALUATED:
+        return where
+    own = [point for index, point in enumerate(where) if any(row[index] for row in bad)]
+    return own or where
+
+
+def _culprit(expr, spec: Spec, inputs, order: int, where) -> tuple[str, sympy.Expr | None]:
     """The smallest part of ``expr`` (named with its params) not finite at some of ``where``, or
-    whose derivatives up to ``order`` are not there."""
+    whose derivatives up to ``order`` are not there, and that part (None: the whole formula)."""
     parts = sorted({node for node in _parts(expr, spec) if node.free_symbols & set(inputs)},
                    key=lambda node: (sympy.count_ops(node), sympy.default_sort_key(node)))
     for part in parts:
@@ -296,10 +311,10 @@ def _culprit(expr, spec: Spec, inputs, order: int, where) -> str:
         except UNEVALUATED:  # a part math cannot evaluate on its own (a complex power compared)
             continue
         if failing == 0:
-            return formula(part)
+            return formula(part), part
         if failing is not None:
-            return f"the {_ORDINALS.get(failing, f'{failing}th')} derivative of {formula(part)}"
-    return formula(expr)
+            return f"the {_ORDINALS.get(failing, f'{failing}th')} derivative of {formula(part)}", part
+    return formula(expr), None
 
 
 def _part_failing(value, inputs, order: int, where) -> int | None:

@@ -214,3 +214,10 @@ def test_evaluating_the_grid_is_not_counted_against_the_time_limit(tmp_path, mon
     path = tmp_path / "f.yaml"
     path.write_text(_spec("log(x)", "{x: [0.5, 2]}", order=1))
     pipeline.generate(path, root=tmp_path, limits=limits.Limits(seconds=1.0))
+
+
+def test_where_the_named_part_fails_is_said_not_where_the_whole_does(tmp_path):
+    """log(x) + sqrt(y): every x fails somewhere (at y < 0), so the whole formula's failing set
+    named x in [-2, 2]; log(x)'s own is x in [-2, 0]."""
+    (problem,) = _problems(tmp_path, _spec("log(x) + sqrt(y)", inputs="[x, y]"))
+    assert "domain: log(x) is not finite for x in [-2, 0] (no domain is set" in problem, problem
