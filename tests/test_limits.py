@@ -420,3 +420,30 @@ def test_black_scholes_in_price_and_volatility_builds_nested_at_order_3_at_the_d
     inputs = [sample((5,), 60, 140, seed=0), sample((5,), 0.15, 0.45, seed=1)]
     assert_chains_close(derivative_chain(module.black_scholes, inputs, 3, seed=2),
                         derivative_chain(price, inputs, 3, seed=2), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.slow
+@pytest.mark.fresh_build
+def test_so3_exp_map_builds_at_the_defaults_and_is_rodrigues_rotation(tmp_path):
+    """Issue 29: PyTorch3D's so3_exp_map (nine outputs, order 2, auto) exceeded the time limit; it
+    builds at the defaults, its value is torch.matrix_exp of the skew matrix and its first
+    derivatives are autograd's through it."""
+    import torch
+
+    text = (REPO / "tests" / "fixtures" / "so3_exp_map.yaml").read_text()
+    module = build_under(tmp_path, text, limits.DEFAULT)
+    v = torch.tensor([[0.3, 0.5, 0.7], [0.9, 0.2, 0.4]], dtype=torch.float64, requires_grad=True)
+
+    def reference(v):
+        x, y, z = v.unbind(-1)
+        zero = torch.zeros_like(x)
+        skew = torch.stack([torch.stack([zero, -z, y], -1), torch.stack([z, zero, -x], -1),
+                            torch.stack([-y, x, zero], -1)], -2)
+        return torch.linalg.matrix_exp(skew).flatten(-2)
+
+    ours = torch.stack(module.so3_exp_map(*v.unbind(-1)), -1)
+    assert torch.allclose(ours, reference(v), rtol=1e-12, atol=1e-12)
+    for k in range(9):
+        (want,) = torch.autograd.grad(reference(v)[:, k].sum(), v)
+        (got,) = torch.autograd.grad(ours[:, k].sum(), v, retain_graph=True)
+        assert torch.allclose(got, want, rtol=1e-10, atol=1e-12), k
