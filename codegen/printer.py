@@ -425,7 +425,7 @@ class TorchPrinter(PythonCodePrinter):
             branch = self._scalar_operand(value)
             if not (self.is_tensor(value) or code_is_tensor):
                 branch = self._filled(self._tensor_of(cond), self._print(value), value)  # where() of two floats is float32
-            elif not code_is_tensor:
+            if not code_is_tensor:
                 code = self._scalar_operand(last)
             code, code_is_tensor = f"torch.where({self._print(cond)}, {branch}, {code})", True
         return code
@@ -447,11 +447,15 @@ class TorchPrinter(PythonCodePrinter):
     @staticmethod
     def _filled(like: str, code: str, value) -> str:
         """A tensor like ``like`` filled with ``code``; bool where the value is a condition (a
-        condition SymPy wrote as a choice between conditions, of nested clamps on params)."""
+        condition SymPy wrote as a choice between conditions, of nested clamps on params). A
+        value a float dtype may not hold (a param, 1e300) is added to zeros as a float64 tensor of
+        no dimension, which torch casts (inf past the range), where full_like raises."""
         if isinstance(value, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
                               sympy.logic.boolalg.BooleanAtom)):
             return f"torch.full_like({like}, {code}, dtype=torch.bool)"
-        return f"torch.full_like({like}, {code})"
+        if value.is_Number and abs(value) <= HALF_MAX:
+            return f"torch.full_like({like}, {code})"
+        return f"(torch.zeros_like({like}) + torch.tensor({code}, dtype=torch.float64))"
 
     def _tensor_of(self, cond) -> str:
         """A tensor the condition compares, to give a branch of floats its dtype and device; a mask

@@ -349,3 +349,15 @@ def test_constants_beyond_a_dtypes_range_are_cast_not_refused(tmp_path, expr, pa
     for dtype in (torch.float64, torch.float32, torch.float16):
         x = torch.tensor([0.5, 1.5], dtype=dtype)
         assert torch.equal(module.f(x), reference(x).to(dtype)), (dtype, module.f(x))
+
+
+@pytest.mark.parametrize("expr, params", [("where(x > 0, 1e300, -1e300) * x", {}), ("where(x > 0, c, -c) * x", {"c": 1e300})])
+def test_both_branches_beyond_a_dtypes_range(tmp_path, expr, params):
+    """Both branches numbers a float dtype cannot hold: an internal error at build (1e300), and a
+    RuntimeError on every float32 call (a param); inf now, as torch.where of inf tensors gives."""
+    from helpers import build_spec
+
+    module = build_spec(tmp_path, name="g", expr=expr, inputs=["x"], order=1, params=params)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert torch.equal(module.g(torch.tensor([1.0, -1.0], dtype=dtype)),
+                           torch.full((2,), math.inf, dtype=dtype))
