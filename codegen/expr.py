@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import re
 import time
 import warnings
 
@@ -201,6 +202,7 @@ def parse_derivative(extern, index: int, text: str, classes: dict[str, type]) ->
 
 def _parse(text: str, inputs, params, declared: dict[str, type]) -> sympy.Expr:
     tree = _parse_bounded(text)
+    _check_underflow(text, tree)
     names_known = inputs is not None and params is not None
     inputs, params = inputs or (), params or ()
     symbols = {name: sympy.Symbol(name, real=True) for name in (*inputs, *params)}
@@ -210,6 +212,17 @@ def _parse(text: str, inputs, params, declared: dict[str, type]) -> sympy.Expr:
     _check_result(result)
     _check_constants(result)
     return result
+
+
+def _check_underflow(text: str, tree: ast.Expression) -> None:
+    """Refuse a number written nonzero that float64 reads as 0 (1e-400): the spec's author meant
+    something else, and the generated code would compute with 0."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value == 0:
+            written = ast.get_source_segment(text, node) or ""
+            if re.search(r"[1-9]", re.split(r"[eE]", written)[0]):
+                raise ExprError(f"the number {written} is below float64's smallest number: it would be 0; write 0 "
+                                "if you mean it, or a number of at least 5e-324 in size")
 
 
 def _without_ite(result: sympy.Expr) -> sympy.Expr:

@@ -171,6 +171,7 @@ def test_a_long_flat_sum_is_not_too_deep():
     ("asin(2) + x", "the constant part asin(2) has no real value; check the function's domain"),
     ("(-8)**(1/3) * x", "has no real value"),
     ("x / (tanh(20) - 1)", "the constant part 1/(-1 + tanh(20)) divides by a value that rounds to 0 in float64"),
+    ("x * 1e-400", "the number 1e-400 is below float64's smallest number: it would be 0"),
     ("exp(1000) * x", "the constant part exp(1000) is too large for a float"),
     ("1j", "complex numbers are not allowed"),
     ("lambda: x", "a lambda is not allowed in an expression; the language has numbers"),
