@@ -219,6 +219,27 @@ def test_float32_checks_every_order_against_float64(tmp_path):
     assert checks["float32"].status == dynamic.FAIL and "order 0 in float32 is off" in checks["float32"].reason
 
 
+def test_a_sign_error_in_float32_only_is_wrong_not_imprecise(tmp_path):
+    """A backward whose float32 branch has the wrong sign: float32's rounding never explains half
+    the largest value, so the audit says wrong (exit 1), where it said 'imprecise in float32'."""
+    path = tmp_path / "sign.py"
+    path.write_text(BUGGY.read_text() + """
+
+class SinF32(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x) * (-1 if x.dtype == torch.float32 else 1)
+""")
+    audit = auditing.run([f"{path}:SinF32"], auditing.Options(dtype="float32", order=2))[0]
+    assert audit.verdict == "wrong" and audit.wrong_at_order == 1, audit.summary
+
+
 
 # --- replacing a Function (issue 29) ---------------------------------------------------------------
 

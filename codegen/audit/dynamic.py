@@ -289,6 +289,9 @@ def float32_check(subject: Subject, order: int) -> Result:
                 scale = max(1.0, w.abs().max().item())
                 if not torch.isfinite(g).all() or (g - w).abs().max().item() > 1e-3 * scale:
                     error = (g - w).abs().max().item()
+                    if error > 0.5 * scale:  # half the largest value: a wrong formula, not float32's rounding
+                        return Result("float32", WRONG, f"order {k} in float32 differs from float64's by {error:.3g} "
+                                                        f"(the largest value is {scale:.3g}): a float32-only error", k)
                     return Result("float32", FAIL, f"order {k} in float32 is off float64's by {error:.3g}")
     except Exception as exc:  # noqa: BLE001 - the Function refuses float32
         return Result("float32", FAIL, first_line(exc))
