@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import __version__, config, limits as bounds
 from .errors import Problem, SpecErrors
-from .write import HEADER_PREFIX, header, seal, sealed_header
+from .write import header, header_source, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -450,9 +450,10 @@ def spec_state(generated: Path) -> SpecState:
         first, second = generated.read_text(encoding="utf-8").split("\n", 2)[:2]
     except (OSError, UnicodeDecodeError, ValueError):
         return SpecState("absent", f"{generated.name}: cannot read its header")
-    version, _, spec_path = first.removeprefix(HEADER_PREFIX + " ").removesuffix(". DO NOT EDIT.").partition(" from ")
-    if not first.startswith(HEADER_PREFIX) or not second.startswith("# spec-sha256: "):
+    source = header_source(first)
+    if source is None or not second.startswith("# spec-sha256: "):
         return SpecState("absent", f"{generated.name} has no dbgen header")
+    version, spec_path = source
     root = next((folder for folder in generated.resolve().parents if (folder / spec_path).is_file()), None)
     if root is None:
         return SpecState("absent", f"{spec_path} is not found in any folder above {generated.name}")
@@ -478,7 +479,7 @@ def _rebuild_command(out: Path, root: Path) -> str:
         first = (out / "__init__.py").read_text(encoding="utf-8").split("\n", 1)[0]
     except (OSError, UnicodeDecodeError):
         first = ""
-    specs = first.removesuffix(". DO NOT EDIT.").partition(" from ")[2] if first.startswith(HEADER_PREFIX) else ""
+    specs = (header_source(first) or ("", ""))[1]
     built = Path(os.path.relpath(out, root)).as_posix()
     return (f"dbgen build {specs + ' ' if specs else ''}-o {built} (with your other build options); "
             "dbgen check lists every stale file")

@@ -25,6 +25,11 @@ INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 HALF_MAX = 65504
 
 
+def _fits_every_float(value) -> bool:
+    """Whether ``value`` is a number every float dtype holds (as a Python scalar operand)."""
+    return value.is_Number and abs(value) <= HALF_MAX
+
+
 class Copy(sympy.Function):
     """A copy of a tensor (``x.clone()``): a forward may not return an input itself, which a choice
     on params alone (``x if a > 0 else x**2``) would."""
@@ -422,9 +427,10 @@ class TorchPrinter(PythonCodePrinter):
                 code = code if code_is_tensor else self._filled(like, code, last)
                 code, code_is_tensor = f"({self._branch(value, like)} if {self._print(cond)} else {code})", True
                 continue
-            branch = self._scalar_operand(value)
-            if not (self.is_tensor(value) or code_is_tensor):
-                branch = self._filled(self._tensor_of(cond), self._print(value), value)  # where() of two floats is float32
+            if self.is_tensor(value) or code_is_tensor:
+                branch = self._scalar_operand(value)
+            else:  # where() of two floats is float32
+                branch = self._filled(self._tensor_of(cond), self._print(value), value)
             if not code_is_tensor:
                 code = self._scalar_operand(last)
             code, code_is_tensor = f"torch.where({self._print(cond)}, {branch}, {code})", True
@@ -435,7 +441,7 @@ class TorchPrinter(PythonCodePrinter):
         as it is, any other float (a param, 1e300) as a float64 tensor of no dimension, which torch
         casts to the other operand's dtype (inf past its range) where a Python float overflowing
         it raises (min(x, 1e300) in float32)."""
-        if self.is_tensor(value) or (value.is_Number and abs(value) <= HALF_MAX):
+        if self.is_tensor(value) or _fits_every_float(value):
             return self._print(value)
         return f"torch.tensor({self._print(value)}, dtype=torch.float64)"
 
@@ -453,7 +459,7 @@ class TorchPrinter(PythonCodePrinter):
         if isinstance(value, (sympy.core.relational.Relational, sympy.logic.boolalg.BooleanFunction,
                               sympy.logic.boolalg.BooleanAtom)):
             return f"torch.full_like({like}, {code}, dtype=torch.bool)"
-        if value.is_Number and abs(value) <= HALF_MAX:
+        if _fits_every_float(value):
             return f"torch.full_like({like}, {code})"
         return f"(torch.zeros_like({like}) + torch.tensor({code}, dtype=torch.float64))"
 

@@ -450,6 +450,7 @@ def _has_a_root(polynomial, t) -> bool:
     return any(sympy.degree(b, t) == 1 for b, _ in factors) or sum(int(e) for _, e in factors) > 1
 
 
+@functools.lru_cache(maxsize=1024)  # the rule's test and its replacement factor the same sum
 def _factored_power_polynomial(add):
     """``add`` as B**a times its polynomial factored, or None where that has no root (an
     irreducible factor of degree 2 or more would print as it is)."""

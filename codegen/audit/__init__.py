@@ -193,8 +193,7 @@ def _reference(options: Options, setup: dynamic.Setup):
     of the Function's tensor inputs, its numbers (and the other --params) as params."""
     from .replacement import expr_params, formula_function
 
-    tensors = tuple(n for n in setup.names if n not in setup.numbers)
-    return formula_function(options.expr, tensors, options.order, expr_params(setup, options))
+    return formula_function(options.expr, setup.tensor_names, options.order, expr_params(setup, options))
 
 
 def _confirmed(findings: list[static.Finding], stashed: dict[str, str], target: Target) -> list[static.Finding]:

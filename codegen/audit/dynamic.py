@@ -54,6 +54,11 @@ class Setup:
     # numbers given their value (audit --params): (name, value) pairs
     fixed: tuple[tuple[str, float], ...] = ()
 
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        """The inputs passed as tensors (not as numbers), in argument order."""
+        return tuple(name for name in self.names if name not in self.numbers)
+
     def number_values(self) -> dict[str, float]:
         """The value forward is passed for each number: its --params value, else 3/4 into its domain."""
         given = dict(self.fixed)
@@ -102,8 +107,7 @@ def ungraded_inputs(cls: type, setup: Setup) -> tuple[str, ...]:
     if not scalar.requires_grad:
         return ()
     grads = torch.autograd.grad(scalar, inputs, allow_unused=True)
-    tensor_names = [name for name in setup.names if name not in setup.numbers]
-    return tuple(name for name, grad in zip(tensor_names, grads) if grad is None)
+    return tuple(name for name, grad in zip(setup.tensor_names, grads) if grad is None)
 
 
 def input_names(cls: type) -> tuple[str, ...]:

@@ -249,8 +249,8 @@ def _how_it_ended(code: int | None) -> str:
     return f"exit status {code}"
 
 
-_PROCESS = {"forked": False, "warm": False}
-_AUDIT: dict = {}  # the worker's audit function, taken before it imports a target (``_serve``)  # this process: whether it has forked a worker, and warmed up
+_PROCESS = {"forked": False, "warm": False}  # this process: whether it has forked a worker, and warmed up
+_AUDIT: dict = {}  # the worker's audit function, taken before it imports a target (``_serve``)
 
 
 def _warm() -> None:

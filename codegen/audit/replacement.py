@@ -74,7 +74,7 @@ def _spec_text(target: Target, setup: dynamic.Setup, options, found, name: str, 
     lines = [f"# Replaces {target.name}: dbgen audit found {found_text}."]
     if renamed[0]:
         lines.append(f"# Named {name}, not {renamed[0]}: {renamed[1]}.")
-    tensors = [n for n in setup.names if n not in setup.numbers]
+    tensors = setup.tensor_names
     params = expr_params(setup, options)
     lines += [f"name: {name}", f"expr: {_quoted(options.expr)}", f"inputs: [{', '.join(tensors)}]",
               f"order: {options.order}"]
