@@ -199,7 +199,7 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
     """
     exprs = expr if isinstance(expr, tuple) else (expr,)
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)
-    stable = _masking(stable, inputs)
+    stable = _masking(by_cotangents(stable, {*spec.inputs, *spec.param_names}), inputs)
     outside = external.calls(exprs)
     if outside:
         spec = _nested_for_externals(spec, outside)
@@ -282,6 +282,32 @@ def _external_reason(called) -> str:
     names = ", ".join(cls.language for cls in called)
     return (f"{names} {'is' if len(called) == 1 else 'are'} computed outside autograd: every level's "
             "formulas are explicit, and differentiating past the order raises")
+
+
+def by_cotangents(stable, names):
+    """``stable``, or where its result leaves a cotangent's (or tangent's) coefficient unstable,
+    ``stable`` applied to each coefficient apart; the symbols not in ``names`` (the spec's inputs
+    and params) are the cotangents.
+
+    A level's formula sums one output's derivative per cotangent: rewritten as one sum, a common
+    denominator can mix them and hide each one's own cancellation (d2r/dx2 = 1/r - x**2/r**3 of
+    cartesian_to_spherical's r lost every bit where y and z are small, expanded over theta's
+    denominator). Where the whole is stable term by term it is kept: it shares more.
+    """
+    def each_apart(expr: sympy.Expr) -> sympy.Expr:
+        whole = stable(expr)
+        cotangents = frozenset(s for s in expr.free_symbols if s.name not in names)
+        if not cotangents:
+            return whole
+        if all(stable(c) == c for c in symbolic.by_monomial(whole, cotangents).values()):
+            return whole
+        shared: dict = {}  # each coefficient's symbolic part: the monomials it multiplies, with their numbers
+        for monomial, coefficient in symbolic.by_monomial(expr, cotangents).items():
+            number, part = stable(coefficient).as_coeff_Mul()
+            shared[part] = shared.get(part, 0) + number * monomial
+        return sympy.Add(*(factored(monomials) * part for part, monomials in shared.items()))
+
+    return each_apart
 
 
 def _masking(stable, inputs):

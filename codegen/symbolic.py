@@ -153,6 +153,37 @@ def vjp(outputs: list[sympy.Expr], cotangents: list[sympy.Symbol], wrt: list[sym
     ]
 
 
+def by_monomial(expr: sympy.Expr, symbols: frozenset) -> dict[sympy.Expr, sympy.Expr]:
+    """``expr`` as {monomial: coefficient}, the monomials products of ``symbols`` (1 for the part free
+    of them) and the coefficients free of them, expanded over ``symbols`` only.
+
+    A derivative formula is linear in each level's cotangents (grad_r, grad_theta, ...): its
+    coefficient of each is one output's derivative, which a rewrite can see whole only apart from
+    the others' (1/r - x**2/r**3 for grad_r, lost in one sum over a common denominator with
+    grad_theta's). Where ``symbols`` sit inside a call or power, that subexpression is a coefficient
+    of 1 as it stands.
+    """
+    if not expr.free_symbols & symbols:
+        return {sympy.S.One: expr}
+    if expr in symbols:
+        return {expr: sympy.S.One}
+    if expr.is_Add:
+        terms: dict = {}
+        for arg in expr.args:
+            for monomial, coefficient in by_monomial(arg, symbols).items():
+                terms[monomial] = terms.get(monomial, 0) + coefficient
+        return terms
+    if expr.is_Mul:
+        product = {sympy.S.One: sympy.S.One}
+        for arg in expr.args:
+            pairs = itertools.product(product.items(), by_monomial(arg, symbols).items())
+            product = {}
+            for (m, c), (n, d) in pairs:
+                product[m * n] = product.get(m * n, 0) + c * d
+        return product
+    return {sympy.S.One: expr}
+
+
 def jvp(outputs: list[sympy.Expr], inputs: list[sympy.Symbol], tangents: list[sympy.Symbol]) -> list[sympy.Expr]:
     """For each output: sum_i d(output)/d(input_i) * tangent_i (the forward-mode derivative)."""
     return [
