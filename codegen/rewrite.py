@@ -401,6 +401,74 @@ power_difference_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and 
                                     _power_difference)
 
 
+def _root_and_its_square(add):
+    """(one, other, R, u, v, s, d) for terms R*sqrt(u) and -R*v of ``add``, v = k*s with s a symbol
+    and k a positive number, where u - v**2 = d cancels terms of u (sqrt(x**2 + 1) - x: d = 1);
+    else None."""
+    terms = add.args
+    for one in terms:
+        for root in sympy.Mul.make_args(one):
+            if not (root.is_Pow and root.exp == sympy.S.Half and root.base.free_symbols):
+                continue
+            rest, u = one / root, root.base
+            for other in terms:
+                v = -other / rest
+                k, s = v.as_coeff_Mul()
+                if other is one or not (s.is_Symbol and k > 0):
+                    continue
+                d = sympy.expand(u - v**2)
+                if d != 0 and len(sympy.Add.make_args(d)) < len(sympy.Add.make_args(sympy.expand(u))):
+                    return one, other, rest, u, v, s, d
+    return None
+
+
+def _root_difference(add):
+    """R*(sqrt(u) - v) as R*d/(sqrt(u) + v) where v > 0 and v**2 > 2*|d|, d = u - v**2 with the
+    cancelling terms gone; as written elsewhere. Where v < 0 the difference is a sum of like
+    signs, and the quotient would cancel instead; near v**2 = -d it is not a difference of close
+    values, and the quotient's own derivatives cancel near v = 0 (the third of 1/(sqrt(x**2 + 1) +
+    x) lost every bit at x = 1e-18). Each branch reads u and v only where it is taken, so neither
+    a root of a negative number nor a division by 0 reaches a gradient, and the rule does not
+    match its own fallback again."""
+    from .branches import Guard
+
+    one, other, rest, u, v, s, d = _root_and_its_square(add)
+    taken = sympy.And(s > 0, v**2 > 2 * sympy.Abs(d))
+    quotient = rest * d / (sympy.sqrt(Guard(u, taken, 1)) + Guard(v, taken, 1))
+    written = rest * (sympy.sqrt(u) - Guard(v, sympy.Not(taken), 0))
+    return add - one - other + sympy.Piecewise((quotient, taken), (written, True))
+
+
+# sqrt(x**2 + 1) - x -> 1/(sqrt(x**2 + 1) + x) for x > 0, and the quadratic formula's
+# -b + sqrt(b**2 - 4*a*c) -> -4*a*c/(sqrt(b**2 - 4*a*c) + b) for b > 0 (FPBench's quadp): the root
+# and v agree in most of their digits where v is large (17 bits of sqrt(x**2 + 1) - x lost at
+# x = 1524, all of them from 1e8; the quadratic formula's root 30 bits at b = 1e4).
+root_difference_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and _root_and_its_square(e) is not None,
+                                   _root_difference)
+
+
+def _is_root_regimes(e) -> bool:
+    """Whether ``e`` is a Piecewise that ``_root_difference`` wrote: its quotient takes the root of
+    a guarded u where v > 0 and v**2 > 2*|d|, its fallback guards v by the negation."""
+    if not (isinstance(e, sympy.Piecewise) and len(e.args) == 2):
+        return False
+    from .branches import Guard
+
+    taken = e.args[0].cond
+    roots = [p for p in e.args[0].expr.atoms(sympy.Pow) if p.exp == sympy.S.Half and isinstance(p.base, Guard)]
+    positive = isinstance(taken, sympy.And) and any(
+        isinstance(c, sympy.StrictGreaterThan) and c.lhs.is_Symbol and c.rhs == 0 for c in taken.args)
+    return (positive and any(p.base.args[1] == taken for p in roots)
+            and any(g.args[1] == sympy.Not(taken) and g.args[2] == 0 for g in e.args[1].expr.atoms(Guard)))
+
+
+# c*Piecewise((q, t), (w, True)) -> Piecewise((c*q, t), (c*w, True)) for root_difference's
+# regimes: the quadratic formula's 1/(2*a) times -4*a*c/(sqrt(D) + b) is -2*c/(sqrt(D) + b); apart,
+# the derivative in a of the product cancels what the quotient had gained (30 bits at b = 1e4).
+root_regimes_fold_opt = ReplaceOptim(
+    lambda e: e.is_Mul and any(_is_root_regimes(f) for f in e.args), sympy.piecewise_fold)
+
+
 POWER_TERMS = 8  # the most terms, and the highest degree, of a sum power_polynomial factors
 
 
@@ -1069,6 +1137,8 @@ RULES = (
     ("cos_half_angle", cos_half_angle_opt),
     ("erf_complement", erf_complement_opt),
     ("power_difference", power_difference_opt),
+    ("root_difference", root_difference_opt),
+    ("root_regimes_fold", root_regimes_fold_opt),
     ("log_difference", log_difference_opt),
     ("power_polynomial", power_polynomial_opt),
     ("tanh", tanh_opt),
@@ -1101,6 +1171,8 @@ NEEDS = {
     "cos_half_angle": ((sympy.cos,),),
     "erf_complement": ((sympy.erf,),),
     "power_difference": ((sympy.Pow,),),
+    "root_difference": ((sympy.Pow,),),
+    "root_regimes_fold": ((sympy.Piecewise,),),
     "log_difference": ((sympy.log, log1p),),
     "power_polynomial": ((sympy.Pow,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),

@@ -265,6 +265,31 @@ def test_fpbench_classics_are_exact_at_every_order(tmp_path, expr, domain):
     assert max(f.max_excess for f in report.autograd) > 10, accuracy.report_text(report)
 
 
+@pytest.mark.parametrize(("expr", "domain", "order"), [
+    ("sqrt(x**2 + 1) - x", {"x": [0, 1e6]}, 3),  # 17 bits of the value lost at x = 1524, 39 of the first derivative
+    ("(-b + sqrt(b**2 - 4*a*c)) / (2*a)", {"a": [0.1, 1], "b": [10, 1e4], "c": [0.1, 1]}, 2),  # FPBench's quadp
+])
+def test_a_root_minus_its_square_root_is_exact_at_every_order_when_nested(tmp_path, expr, domain, order):
+    """rewrite.py's root_difference: sqrt(u) - v as (u - v**2)/(sqrt(u) + v) where v is large, the
+    cancelling terms of u - v**2 gone symbolically; nested differentiates that form. Measured with
+    the digits the cancellation needs (the quadratic formula's truth disagrees between 30 and 60)."""
+    plan = _plan(tmp_path, name="root", expr=expr, inputs=list(domain), order=order, strategy="nested", domain=domain)
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
+
+
+def test_a_truth_that_needs_more_than_60_digits_is_counted_not_left_out():
+    """The quadratic formula's root at b = 6550 cancels 21 digits, its second derivative in a 41:
+    the 30- and 60-digit values disagree, and such points, the hardest, were left out."""
+    a, b, c = sympy.symbols("a b c", real=True)
+    root = (-b + sympy.sqrt(b**2 - 4 * a * c)) / (2 * a)
+    point = (0.10348709494492948, 6549.729489469746, 0.22636629013211376)
+    (value,), (second,) = (accuracy.exact([f], (a, b, c), [point])[0] for f in (root, root.diff(a, 2)))
+    assert value.value is not None and second.value is not None
+    assert float(second.value) == pytest.approx(-3.8492705355047788e-21, rel=1e-12)
+
+
 def test_softplus_is_exact_from_20_on_and_auto_takes_the_exact_strategy(tmp_path):
     """torch's softplus returns u itself from its default threshold, 20, on: the log-sigmoid lost 18
     bits at -20.5 in every strategy, so auto took the cheapest, which loses every bit of the third
