@@ -62,6 +62,26 @@ log_sigmoid_opt = ReplaceOptim(
     lambda e: -softplus(-e.args[0].args[0]),
 )
 
+def _softplus_and_argument(add):
+    """(term, c, u) for terms c*softplus(u) and -c*u of ``add``; else None."""
+    for term in add.args:
+        c, call = term.as_coeff_Mul()
+        if isinstance(call, softplus) and any(other == -c * call.args[0] for other in add.args):
+            return term, c, call.args[0]
+    return None
+
+
+def _softplus_reflected(add):
+    term, c, u = _softplus_and_argument(add)
+    return add - term + c * u + c * softplus(-u)
+
+
+# softplus(u) - u -> softplus(-u): softplus(u) rounds to u far out, and the difference, exp(-u) to
+# first order, is 0 (log(1 + exp(x)) - x at x = 40: 0, true 4e-18; its derivatives lose every bit).
+softplus_reflection_opt = ReplaceOptim(lambda e: e.is_Add and _softplus_and_argument(e) is not None,
+                                       _softplus_reflected)
+
+
 LOG_COSH_SPLIT = 4  # |u| where log_cosh_opt's two forms meet: the far one loses half a bit there
 
 
@@ -1121,6 +1141,7 @@ def _sums_as_norms(expr: sympy.Expr) -> sympy.Expr:
 RULES = (
     ("common_denominator", common_denominator_opt),
     ("softplus", softplus_opt),
+    ("softplus_reflection", softplus_reflection_opt),
     ("log_sigmoid", log_sigmoid_opt),
     ("log_cosh", log_cosh_opt),
     ("log_erfc", log_erfc_opt),
@@ -1155,6 +1176,7 @@ RULES = (
 NEEDS = {
     "common_denominator": ((sympy.Pow,),),
     "softplus": ((sympy.exp,), (sympy.log, log1p)),
+    "softplus_reflection": ((softplus,),),
     "log_sigmoid": ((sympy.log,), (sigmoid,)),
     "log_cosh": ((sympy.log,), (sympy.cosh,)),
     "log_erfc": ((sympy.log,), (sympy.erfc,)),

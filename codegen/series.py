@@ -113,9 +113,9 @@ def removable(expr: sympy.Expr, spec) -> sympy.Expr:
     bounds = tuple(tuple(map(float, spec.bounds(name))) for name in spec.inputs) if hasattr(spec, "bounds") else None
     if expr.has(sympy.Piecewise):
         expr = _at_roots(expr, inputs, tuple(spec.params), spec.order, bounds)
-    if not any(d.free_symbols & set(inputs) for d in symbolic.denominators(expr)):
-        return expr
-    return _removed(expr, inputs, tuple(spec.params), spec.order, bounds)
+    if any(d.free_symbols & set(inputs) for d in symbolic.denominators(expr)):
+        expr = _removed(expr, inputs, tuple(spec.params), spec.order, bounds)
+    return _cancelling_at_zero(expr, inputs, tuple(spec.params), spec.order, bounds)
 
 
 @functools.lru_cache(maxsize=256)
@@ -141,6 +141,37 @@ def _at_roots(expr: sympy.Expr, inputs: tuple, params: tuple, order: int, bounds
         return sympy.Piecewise(*pieces)
 
     return expr.replace(lambda e: isinstance(e, sympy.Piecewise), split)
+
+
+@functools.lru_cache(maxsize=256)
+def _cancelling_at_zero(expr: sympy.Expr, inputs: tuple, params: tuple, order: int, bounds) -> sympy.Expr:
+    """``expr`` with each sum of one input x that vanishes to second order or more at x = 0 while
+    one of its terms does not (x - sin(x), tan(x) - sin(x)) split there as a multiple root is
+    (``_root_split``): its terms cancel near 0, to x**3/6 from terms of size x, and every bit of
+    x - sin(x) was lost at x = 1e-100 (0 against 1.7e-301), 60 at x = 1e-8. A polynomial in x is
+    left to ``_at_roots`` and the rewrites (its terms vanish together, or it has no such root)."""
+    def split(add):
+        (x,) = add.free_symbols & set(inputs)
+        index = inputs.index(x)
+        return _root_split(add, x, sympy.S.Zero, inputs, params, order, bounds[index] if bounds else None)
+
+    def cancels(e) -> bool:
+        if not (e.is_Add and len(e.free_symbols & set(inputs)) == 1) or e.has(sympy.Piecewise):
+            return False
+        (x,) = e.free_symbols & set(inputs)
+        if e.is_polynomial(x) or not _expandable(e, x) or not _multiple_root(e, x, sympy.S.Zero):
+            return False
+        return any(not _zero(sympy.diff(term, x).xreplace({x: 0})) for term in e.args)
+
+    def walked(node):  # not into a choice: a split's own branches (sin(x) - x*cos(x) of (...)/x**2)
+        if cancels(node):
+            return split(node)
+        if not node.args or isinstance(node, (sympy.Piecewise, sympy.core.relational.Relational)):
+            return node
+        args = [walked(arg) for arg in node.args]
+        return node.func(*args) if args != list(node.args) else node
+
+    return walked(expr)
 
 
 @functools.lru_cache(maxsize=256)  # per branch: DimeNet's eight outputs share one envelope
@@ -304,7 +335,8 @@ def _replacement(part: sympy.Expr, site: _Site) -> sympy.Expr | None:
 
 # functions whose series SymPy takes in a second at most, at an argument linear in x
 _SERIES_FUNCTIONS = (sympy.sin, sympy.cos, sympy.tan, sympy.sinh, sympy.cosh, sympy.tanh, sympy.exp, sympy.log,
-                     sympy.atan, sympy.asinh, sympy.atanh, cfunctions.expm1, cfunctions.log1p, sigmoid, softplus)
+                     sympy.atan, sympy.asinh, sympy.atanh, sympy.asin, sympy.erf, cfunctions.expm1, cfunctions.log1p,
+                     sigmoid, softplus)
 
 
 def _expandable(part: sympy.Expr, x: sympy.Symbol) -> bool:

@@ -24,6 +24,8 @@ NAMES = ("x", "y")
 # rule -> (expression before, a fragment the rewritten formula prints)
 CASES = {
     "softplus": [("log(1 + exp(x))", "softplus(x, threshold=40)"), ("log(exp(2*x*y) + 1)", "softplus(2*x*y, threshold=40)")],
+    "softplus_reflection": [("log(1 + exp(x)) - x", "softplus(-x, threshold=40)"),
+                            ("3*softplus(x*y) - 3*x*y", "3*torch.nn.functional.softplus(-x*y, threshold=40)")],
     "log_sigmoid": [("log(sigmoid(x))", "softplus(-x, threshold=40)")],
     "log_cosh": [("log(cosh(x))", "softplus(-2*torch.abs(x), threshold=40)")],
     "logaddexp": [("log(exp(x) + exp(y))", "torch.logaddexp(x, y)")],

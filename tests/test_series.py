@@ -36,6 +36,10 @@ EXAMPLES = {
     "x_over_sinh": ("x/sinh(x)", X / sympy.sinh(X)),
     "expm1_over_x": ("expm1(x)/x", (sympy.exp(X) - 1) / X),
     "spherical_j1": ("(sin(x) - x*cos(x))/x**2", (sympy.sin(X) - X * sympy.cos(X)) / X**2),
+    "erf_over_x": ("erf(x)/x", sympy.erf(X) / X),  # a Coulomb potential of a Gaussian charge
+    # not singular, but its terms cancel near 0 as a removable singularity's do (x**3/6 from x)
+    "x_minus_sin": ("x - sin(x)", X - sympy.sin(X)),
+    "tan_minus_sin": ("tan(x) - sin(x)", sympy.tan(X) - sympy.sin(X)),
 }
 DIMENET = sympy.sin(N * sympy.pi * R / C) / R
 NEAR = (0.0, 1e-300, 1e-12, 1e-6, 1e-3, 0.1)
