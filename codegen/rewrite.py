@@ -489,6 +489,76 @@ root_regimes_fold_opt = ReplaceOptim(
     lambda e: e.is_Mul and any(_is_root_regimes(f) for f in e.args), sympy.piecewise_fold)
 
 
+def _is_rational_sum(e) -> bool:
+    """A sum of at most 8 terms of symbols and numbers alone (no call), cheap to expand, no term
+    holding a sum to a power other than 1 (expanded, (x - 1)**3 + (x - 1)**2 would cancel near 1)."""
+    return (e.is_Add and len(e.args) <= 8 and bool(e.free_symbols)
+            and all(node.is_Atom or node.is_Add or node.is_Mul or node.is_Pow for node in sympy.preorder_traversal(e))
+            and not any(node.is_Pow and node.base.is_Add and node.exp != 1 for node in sympy.preorder_traversal(e)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _expanded_if_cancelling(add):
+    """``add`` expanded where a monomial of its terms, expanded one by one, cancels whole (a + b*x
+    - a*(1 + c*x): a - a); else None. The difference is then exact symbolically, where floats round
+    each part to an error of its size."""
+    if not _is_rational_sum(add):
+        return None
+    totals: dict = {}
+    for term in add.args:
+        for part in sympy.Add.make_args(sympy.expand(term)):
+            number, monomial = part.as_coeff_Mul()
+            totals.setdefault(monomial, []).append(number)
+    return sympy.expand(add) if any(len(n) > 1 and sum(n) == 0 for n in totals.values()) else None
+
+
+# sqrt(5)/l + 10*r/(3*l) - sqrt(5)*(1 + sqrt(5)*r/l + 5*r**2/(3*l**2))/l ... -> -5*r/(3*l) - ...:
+# the product rule's terms of a polynomial times exp(-a*r) (the Matern 5/2 kernel's first
+# derivative) cancel symbolically in their constant terms, in floats to an error of size a where
+# the derivative is of size r (3e-7 relative at r = 1e-9, every bit below 1e-16).
+polynomial_cancellation_opt = ReplaceOptim(lambda e: e.is_Add and _expanded_if_cancelling(e) is not None,
+                                           _expanded_if_cancelling)
+
+
+def _close_arguments(a, b) -> bool:
+    """Whether a - b cancels terms of a and b (x + eps and x: eps), and is not 0."""
+    difference = sympy.expand(a - b)
+    count = lambda e: len(sympy.Add.make_args(sympy.expand(e)))  # noqa: E731 - a name for a count
+    return difference != 0 and count(difference) < count(a) + count(b)
+
+
+def _trig_pair(add):
+    """(one, other, kind, c, a, b) for terms c*kind(a) and -c*kind(b) of ``add``, kind sin or cos,
+    a and b close (``_close_arguments``); else None."""
+    for one in add.args:
+        c, call = one.as_coeff_Mul()
+        if not isinstance(call, (sympy.sin, sympy.cos)):
+            continue
+        for other in add.args:
+            d, partner = other.as_coeff_Mul()
+            if (other is not one and d == -c and type(partner) is type(call)
+                    and _close_arguments(call.args[0], partner.args[0])):
+                return one, other, type(call), c, call.args[0], partner.args[0]
+    return None
+
+
+def _sum_to_product(add):
+    one, other, kind, c, a, b = _trig_pair(add)
+    half_sum, half_difference = (a + b) / 2, sympy.expand(a - b) / 2
+    if kind is sympy.cos:
+        product = -2 * c * sympy.sin(half_sum) * sympy.sin(half_difference)
+    else:
+        product = 2 * c * sympy.cos(half_sum) * sympy.sin(half_difference)
+    return add - one - other + product
+
+
+# cos(x + e) - cos(x) -> -2*sin(x + e/2)*sin(e/2), sin(a) - sin(b) -> 2*cos((a + b)/2)*sin((a - b)/2)
+# where a - b cancels terms (FPBench's 2cos and 2sin): the difference of two cosines of close
+# arguments lost 56 bits at (x, e) = (1e-8, 1e-9), 20 at e = 1e-12.
+sum_to_product_opt = ReplaceOptim(lambda e: e.is_Add and len(e.args) <= 8 and _trig_pair(e) is not None,
+                                  _sum_to_product)
+
+
 POWER_TERMS = 8  # the most terms, and the highest degree, of a sum power_polynomial factors
 
 
@@ -1156,12 +1226,14 @@ RULES = (
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("sigmoid_difference", sigmoid_difference_opt),
     ("cos_half_angle", cos_half_angle_opt),
+    ("sum_to_product", sum_to_product_opt),
     ("erf_complement", erf_complement_opt),
     ("power_difference", power_difference_opt),
     ("root_difference", root_difference_opt),
     ("root_regimes_fold", root_regimes_fold_opt),
     ("log_difference", log_difference_opt),
     ("power_polynomial", power_polynomial_opt),
+    ("polynomial_cancellation", polynomial_cancellation_opt),
     ("tanh", tanh_opt),
     ("hypot", hypot_opt),
     ("norm_squares", norm_squares_opt),
@@ -1191,12 +1263,14 @@ NEEDS = {
     "one_minus_sigmoid": ((sigmoid,),),
     "sigmoid_difference": ((sigmoid,),),
     "cos_half_angle": ((sympy.cos,),),
+    "sum_to_product": ((sympy.sin, sympy.cos),),
     "erf_complement": ((sympy.erf,),),
     "power_difference": ((sympy.Pow,),),
     "root_difference": ((sympy.Pow,),),
     "root_regimes_fold": ((sympy.Piecewise,),),
     "log_difference": ((sympy.log, log1p),),
     "power_polynomial": ((sympy.Pow,),),
+    "polynomial_cancellation": ((sympy.Add,),),
     "tanh": ((sympy.sinh,), (sympy.cosh,)),
     "hypot": ((sympy.Pow,),),
     "norm_squares": ((sympy.Pow, hypot),),

@@ -255,10 +255,13 @@ def test_each_outputs_derivative_keeps_its_own_reduction_in_a_vector_spec(tmp_pa
     ("log(x + 1) - log(x)", [0.5, 1e6]),  # 2log: 22 bits
     ("exp(x) / (exp(x) - 1)", [0.01, 30]),  # expq2: its derivatives 19 bits at x = 17
     ("x * (1 + erf(x / sqrt(2))) / 2", [-10, 10]),  # GELU, exact form: 16 bits at x = -5.2
+    # the Matern 5/2 kernel (l = 1.3): its first derivative's constant terms cancel, 60 bits near 0
+    ("(1 + sqrt(5)*x/1.3 + 5*x**2/(3*1.3**2)) * exp(-sqrt(5)*x/1.3)", [0, 10]),
 ])
 def test_fpbench_classics_are_exact_at_every_order(tmp_path, expr, domain):
-    """rewrite.py's power_difference, log_difference, common_denominator and erf_complement; the
-    same formulas through autograd lose as much as before (measured beside)."""
+    """rewrite.py's power_difference, log_difference, common_denominator, erf_complement and
+    polynomial_cancellation; the same formulas through autograd lose as much as before (measured
+    beside)."""
     plan = _plan(tmp_path, name="fp", expr=expr, inputs=["x"], order=2, domain={"x": domain})
     report = accuracy.measure(plan, 64)
     assert not report.over_bound(), accuracy.report_text(report)
@@ -274,6 +277,15 @@ def test_a_root_minus_its_square_root_is_exact_at_every_order_when_nested(tmp_pa
     cancelling terms of u - v**2 gone symbolically; nested differentiates that form. Measured with
     the digits the cancellation needs (the quadratic formula's truth disagrees between 30 and 60)."""
     plan = _plan(tmp_path, name="root", expr=expr, inputs=list(domain), order=order, strategy="nested", domain=domain)
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
+
+
+def test_a_difference_of_cosines_of_close_arguments_is_exact_at_every_order(tmp_path):
+    """rewrite.py's sum_to_product: cos(x + e) - cos(x) lost 56 bits at (1e-8, 1e-9) (FPBench's 2cos)."""
+    plan = _plan(tmp_path, name="cd", expr="cos(x + e) - cos(x)", inputs=["x", "e"], order=2,
+                 domain={"x": [-3, 3], "e": [-1e-3, 1e-3]})
     report = accuracy.measure(plan, 64)
     assert not report.over_bound(), accuracy.report_text(report)
     assert max(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
@@ -310,9 +322,14 @@ def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
     assert not accuracy.measure(plan, 64, composed=False).over_bound()
 
 
+# 1 - x rounds x away near 0, where acos(1 - x) is about sqrt(2*x): 16 bits of the value lost at
+# x = 1e-6 (x - sin(x), the example before, is now split at 0: series.py's _cancelling_at_zero)
+LOSES_AT_ORDER_0 = dict(name="acos_one_minus", expr="acos(1 - x)", inputs=["x"], order=1, domain={"x": [1e-6, 1]})
+
+
 def test_auto_takes_the_cheapest_where_no_candidate_is_within_the_accuracy_bound(tmp_path):
-    """x - sin(x) near 0 is x**3/6 by cancellation in every strategy: the cheapest, and one note."""
-    plan = _plan(tmp_path, name="xs", expr="x - sin(x)", inputs=["x"], order=2)
+    """acos(1 - x) loses its value near 0 in every strategy (LOSES_AT_ORDER_0): the cheapest, and one note."""
+    plan = _plan(tmp_path, **{**LOSES_AT_ORDER_0, "order": 2})
     assert plan.reason.endswith("none keeps the accuracy bound, so the cheapest that keeps the memory bound: "
                                 f"{plan.strategy}"), plan.reason
     assert "passed over: loses" not in plan.reason  # none passed over for accuracy (the memory bound may)
@@ -341,16 +358,11 @@ def test_torch_own_error_is_named_not_counted(tmp_path):
     assert not report.over_bound()
 
 
-# x - sin(x) near 0 is x**3/6 by cancellation (Herbie's classic; dbgen has no rewrite for it yet):
-# every bit lost at x = 1e-12, in autograd too
-LOSES_AT_ORDER_0 = dict(name="x_minus_sin", expr="x - sin(x)", inputs=["x"], order=1)
-
 
 def test_build_warns_and_strict_refuses(tmp_path):
     spec = _spec_file(tmp_path, **LOSES_AT_ORDER_0)
     warnings = []
     pipeline.generate(spec, root=tmp_path, on_spec=lambda s, t, notes=(), found=(): warnings.extend(found))
-    # order 1, 1 - cos(x), is 2*sin(x/2)**2 (rewrite.py's cos_half_angle): within the bound
     assert any("order(s) 0 (float64)" in w and "worst: order 0 loses" in w for w in warnings), warnings
     result = run_dbgen(["build", str(spec), "-o", "out", "--strict"], cwd=tmp_path)
     assert result.returncode == 2 and "accuracy: order(s) 0 (float64)" in result.stderr

@@ -42,6 +42,8 @@ CASES = {
                            ("y*sigmoid(x)**2 - y*sigmoid(x)*sigmoid(-x)", "y*torch.tanh(x/2)*torch.sigmoid(x)")],
     "cos_half_angle": [("(cos(x) + 1)/2", "torch.cos(x/2)**2"), ("3*cos(2*y) - 3", "-6*torch.sin(y)**2"),
                        ("1 - cos(x*y)", "2*torch.sin(x*y/2)**2")],
+    "sum_to_product": [("cos(x + y) - cos(x)", "-2*torch.sin(y/2)*torch.sin(torch.add(x, y, alpha=1/2))"),
+                       ("3*sin(2*x + y) - 3*sin(2*x)", "6*torch.sin(y/2)*torch.cos(torch.add(2*x, y, alpha=1/2))")],
     "common_denominator": [("exp(x)/(exp(x) - 1) - exp(2*x)/(exp(x) - 1)**2", "-torch.exp(x)/torch.expm1(x)**2"),
                            ("1 - 2*x/(x + 1)", "(1 - x)/(x + 1)")],
     "erf_complement": [("(1 + erf(x))/2", "torch.erfc(-x)/2"), ("3*erf(y) - 3", "-3*torch.erfc(y)")],
@@ -57,6 +59,8 @@ CASES = {
                        ("2*log(y**2 + 1) - 2*log(y**2)", "2*torch.log1p(y**(-2))")],
     "power_polynomial": [("x**y - 2*x**(y + 1) + x**(y + 2)", "x**y*(x - 1)**2"),
                          ("y*x**(y - 1) - y*x**(y + 1)", "y*(x - 1)*(x + 1)")],
+    "polynomial_cancellation": [("x + 2*x*y - x*(1 + y)", "x*y"),
+                                ("(sqrt(5) + 10*x/3 - sqrt(5)*(1 + sqrt(5)*x + 5*x**2/3))*exp(-x)", "x, alpha=-5/3")],
     "tanh": [("sinh(x)/cosh(x)", "torch.tanh(x)"), ("sinh(x)**2/cosh(x)**2", "torch.tanh(x)**2")],
     "norm_squares": [("1/sqrt(x**2 + y**2) - x**2/(x**2 + y**2)**(3/2)", "y**2/torch.hypot(x, y)**3"),
                      ("x/(x**2 + y**2) - 2*x**3/(x**2 + y**2)**2", "(x**2 + y**2)**2")],
@@ -162,6 +166,16 @@ def test_a_rule_skipped_for_what_a_formula_lacks_would_not_have_matched(tree, de
         for name, rule in RULES:
             if not may_match(name, found):
                 assert optimize(form, [rule]) == form, (name, form)
+
+
+@pytest.mark.parametrize("source", [
+    "(x - 1)**3 + (x - 1)**2",  # a sum of powers of a sum: expanded, it would cancel near x = 1
+    "(x**2 + 3)*y + (x**2 + 1)*y",  # like terms of one sign: nothing cancels
+    "x*(1 + y) - y",  # opposite signs, but on different monomials
+])
+def test_polynomial_cancellation_leaves_what_does_not_cancel_whole(source):
+    expr = parse_expr(source, NAMES, ())
+    assert optimize(expr, [dict(RULES)["polynomial_cancellation"]]) == expr
 
 
 @pytest.mark.parametrize("source", ["where(x**2 + y**2 < 1, x, y)", "where(x**2 - y**2 > 0, x, y)",
