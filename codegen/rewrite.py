@@ -279,6 +279,34 @@ expm1_opt = ReplaceOptim(
 )
 
 
+
+def _exp_over_expm1(mul):
+    """(exp(k*u), expm1(u)**-m, k, m) for factors of ``mul`` with whole 0 < k <= m, else None."""
+    factors = sympy.Mul.make_args(mul)
+    for power in factors:
+        base, exponent = power.as_base_exp()
+        if not (isinstance(base, expm1) and exponent.is_Integer and exponent < 0):
+            continue
+        for factor in factors:
+            k = factor.args[0] / base.args[0] if _is_exp(factor) else None
+            if k is not None and k.is_Integer and 0 < k <= -exponent:
+                return factor, power, k, -exponent
+    return None
+
+
+def _reflected_expm1(mul):
+    """exp(k*u)/expm1(u)**m -> (-1)**k/(expm1(-u)**k * expm1(u)**(m - k)), as exp(u)/expm1(u) is
+    -1/expm1(-u)."""
+    exponential, power, k, m = _exp_over_expm1(mul)
+    u = power.as_base_exp()[0].args[0]
+    rest = sympy.Mul(*(f for f in sympy.Mul.make_args(mul) if f not in (exponential, power)))
+    return rest * (-1) ** k * expm1(-u) ** -k * expm1(u) ** (k - m)
+
+
+# exp(k*u)/expm1(u)**m -> (-1)**k/(expm1(-u)**k*expm1(u)**(m - k)): the derivatives of
+# x**3/(exp(x) - 1) (Planck's law) are inf/inf = NaN for x above 44 in float32 otherwise.
+expm1_reflection_opt = ReplaceOptim(lambda e: e.is_Mul and _exp_over_expm1(e) is not None, _reflected_expm1)
+
 def _call_and_constant(add, kind):
     """(term, c, u, constant) for a term c*kind(u) of ``add`` that also holds the constant c or -c,
     else None."""
@@ -1219,6 +1247,7 @@ RULES = (
     ("logaddexp", logaddexp_opt),
     ("log1p", log1p_opt),
     ("expm1", expm1_opt),
+    ("expm1_reflection", expm1_reflection_opt),
     ("spread_over_exponential_sum", spread_opt),
     ("sigmoid", sigmoid_opt),
     ("combine_exponentials", combine_exp_opt),
@@ -1256,6 +1285,7 @@ NEEDS = {
     "logaddexp": ((sympy.log,),),
     "log1p": ((sympy.log,),),
     "expm1": ((sympy.exp,),),
+    "expm1_reflection": ((sympy.exp,), (expm1,)),
     "spread_over_exponential_sum": ((sympy.exp,),),
     "sigmoid": ((sympy.exp,),),
     "combine_exponentials": ((sympy.exp,),),

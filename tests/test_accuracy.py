@@ -291,6 +291,16 @@ def test_a_difference_of_cosines_of_close_arguments_is_exact_at_every_order(tmp_
     assert max(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
 
 
+def test_plancks_law_is_finite_and_exact_in_float32_where_exp_overflows(tmp_path):
+    """rewrite.py's expm1_reflection: x**3/(exp(x) - 1)'s second derivative holds
+    exp(2*x)/expm1(x)**2, inf/inf = NaN in float32 from x = 44; written 1/expm1(-x)**2."""
+    plan = _plan(tmp_path, name="planck", expr="x**3 / (exp(x) - 1)", inputs=["x"], order=2,
+                 domain={"x": [1e-3, 80]})
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd if f.dtype == "float32") > 20, accuracy.report_text(report)
+
+
 def test_a_truth_that_needs_more_than_60_digits_is_counted_not_left_out():
     """The quadratic formula's root at b = 6550 cancels 21 digits, its second derivative in a 41:
     the 30- and 60-digit values disagree, and such points, the hardest, were left out."""
