@@ -307,6 +307,13 @@ def _reflected_expm1(mul):
 # x**3/(exp(x) - 1) (Planck's law) are inf/inf = NaN for x above 44 in float32 otherwise.
 expm1_reflection_opt = ReplaceOptim(lambda e: e.is_Mul and _exp_over_expm1(e) is not None, _reflected_expm1)
 
+# acos(1 - u) -> 2*asin(sqrt(u/2)): 1 - u rounds u away near 0, where acos(1 - u) is about
+# sqrt(2*u) (16 bits of acos(1 - x) lost at x = 1e-6); the two are equal for 0 <= u <= 2.
+acos_complement_opt = ReplaceOptim(
+    lambda e: isinstance(e, sympy.acos) and e.args[0].is_Add and sympy.S.One in e.args[0].args,
+    lambda e: 2 * sympy.asin(sympy.sqrt((1 - e.args[0]) / 2)),
+)
+
 def _call_and_constant(add, kind):
     """(term, c, u, constant) for a term c*kind(u) of ``add`` that also holds the constant c or -c,
     else None."""
@@ -1235,8 +1242,10 @@ def _sums_as_norms(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(is_norms_square, lambda add: norms[_norm_of(add)[0]] ** 2)
 
 
-# Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid.
+# Most specific first: softplus before logaddexp and log1p; sigmoids before 1 - sigmoid; acos(1 - u)
+# before a common denominator or expm1 takes its 1 - u.
 RULES = (
+    ("acos_complement", acos_complement_opt),
     ("common_denominator", common_denominator_opt),
     ("softplus", softplus_opt),
     ("softplus_reflection", softplus_reflection_opt),
@@ -1286,6 +1295,7 @@ NEEDS = {
     "log1p": ((sympy.log,),),
     "expm1": ((sympy.exp,),),
     "expm1_reflection": ((sympy.exp,), (expm1,)),
+    "acos_complement": ((sympy.acos,),),
     "spread_over_exponential_sum": ((sympy.exp,),),
     "sigmoid": ((sympy.exp,),),
     "combine_exponentials": ((sympy.exp,),),
