@@ -279,7 +279,6 @@ expm1_opt = ReplaceOptim(
 )
 
 
-
 def _exp_over_expm1(mul):
     """(exp(k*u), expm1(u)**-m, k, m) for factors of ``mul`` with whole 0 < k <= m, else None."""
     factors = sympy.Mul.make_args(mul)
@@ -313,6 +312,7 @@ acos_complement_opt = ReplaceOptim(
     lambda e: isinstance(e, sympy.acos) and e.args[0].is_Add and sympy.S.One in e.args[0].args,
     lambda e: 2 * sympy.asin(sympy.sqrt((1 - e.args[0]) / 2)),
 )
+
 
 def _call_and_constant(add, kind):
     """(term, c, u, constant) for a term c*kind(u) of ``add`` that also holds the constant c or -c,
@@ -557,9 +557,11 @@ polynomial_cancellation_opt = ReplaceOptim(lambda e: e.is_Add and _expanded_if_c
 
 def _close_arguments(a, b) -> bool:
     """Whether a - b cancels terms of a and b (x + eps and x: eps), and is not 0."""
+    def terms(e) -> int:
+        return len(sympy.Add.make_args(sympy.expand(e)))
+
     difference = sympy.expand(a - b)
-    count = lambda e: len(sympy.Add.make_args(sympy.expand(e)))  # noqa: E731 - a name for a count
-    return difference != 0 and count(difference) < count(a) + count(b)
+    return difference != 0 and terms(difference) < terms(a) + terms(b)
 
 
 def _trig_pair(add):
