@@ -306,11 +306,13 @@ def _reflected_expm1(mul):
 # x**3/(exp(x) - 1) (Planck's law) are inf/inf = NaN for x above 44 in float32 otherwise.
 expm1_reflection_opt = ReplaceOptim(lambda e: e.is_Mul and _exp_over_expm1(e) is not None, _reflected_expm1)
 
-# acos(1 - u) -> 2*asin(sqrt(u/2)): 1 - u rounds u away near 0, where acos(1 - u) is about
-# sqrt(2*u) (16 bits of acos(1 - x) lost at x = 1e-6); the two are equal for 0 <= u <= 2.
+# acos(1 - u) -> 2*atan2(sqrt(u), sqrt(2 - u)): 1 - u rounds u away near 0, where acos(1 - u) is
+# about sqrt(2*u) (16 bits of acos(1 - x) lost at x = 1e-6); the two are equal for 0 <= u <= 2.
+# Not 2*asin(sqrt(u/2)): SymPy writes sqrt(u/2) as sqrt(2)*sqrt(u)/2, which rounds above 1 at
+# u = 2, where asin is NaN. (SymPy writes atan2(a, b) as atan(a/b) where it knows b > 0.)
 acos_complement_opt = ReplaceOptim(
     lambda e: isinstance(e, sympy.acos) and e.args[0].is_Add and sympy.S.One in e.args[0].args,
-    lambda e: 2 * sympy.asin(sympy.sqrt((1 - e.args[0]) / 2)),
+    lambda e: 2 * sympy.atan2(sympy.sqrt(1 - e.args[0]), sympy.sqrt(1 + e.args[0])),
 )
 
 

@@ -301,6 +301,15 @@ def test_plancks_law_is_finite_and_exact_in_float32_where_exp_overflows(tmp_path
     assert max(f.max_excess for f in report.autograd if f.dtype == "float32") > 20, accuracy.report_text(report)
 
 
+def test_an_angle_from_one_minus_a_small_number_is_exact_over_its_whole_domain(tmp_path):
+    """rewrite.py's acos_complement: acos(1 - x) lost 16 bits at x = 1e-6 (1 - x rounds x away); the
+    form must also hold at x = 2, where 2*asin(sqrt(x/2)) was NaN (sqrt(2)*sqrt(2)/2 rounds above 1)."""
+    plan = _plan(tmp_path, name="angle", expr="acos(1 - x)", inputs=["x"], order=2, domain={"x": [0, 2]})
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd) > 10, accuracy.report_text(report)
+
+
 def test_a_truth_that_needs_more_than_60_digits_is_counted_not_left_out():
     """The quadratic formula's root at b = 6550 cancels 21 digits, its second derivative in a 41:
     the 30- and 60-digit values disagree, and such points, the hardest, were left out."""
@@ -335,7 +344,7 @@ def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
 # MACE's envelope with its exponent a param: a triple root at 1, its terms of size 1 cancel to
 # (1 - x)**3 there, and outside a choice it is not split at the root (series.py's _at_roots): 10
 # bits of the value lost at x = 0.986, every strategy alike (acos(1 - x), the example before, is
-# now 2*asin(sqrt(x/2)): rewrite.py's acos_complement)
+# now 2*atan2(sqrt(x), sqrt(2 - x)): rewrite.py's acos_complement)
 LOSES_AT_ORDER_0 = dict(name="envelope", expr="1 - (p + 1)*(p + 2)/2 * x**p + p*(p + 2) * x**(p + 1) - p*(p + 1)/2 * x**(p + 2)",
                         inputs=["x"], params={"p": 6}, order=1, domain={"x": [0.5, 1]})
 
