@@ -340,6 +340,19 @@ def _half_angle(add):
 cos_half_angle_opt = ReplaceOptim(lambda e: e.is_Add and _call_and_constant(e, sympy.cos) is not None, _half_angle)
 
 
+def _tanh_complement(add):
+    term, c, u, constant = _call_and_constant(add, sympy.tanh)
+    half = sigmoid(2 * u) if constant == c else -sigmoid(-2 * u)
+    return add - term - constant + 2 * c * half
+
+
+# c + c*tanh(u) -> 2*c*sigmoid(2*u), c*tanh(u) - c -> -2*c*sigmoid(-2*u): tanh(u) rounds to -1 (or
+# 1) in the tail, where the sum is e**(2*u) small: GELU's tanh form 0.5*x*(1 + tanh(...)) lost 55
+# bits of its value at x = -7.6 and was 0 from x = -10 on.
+tanh_complement_opt = ReplaceOptim(lambda e: e.is_Add and _call_and_constant(e, sympy.tanh) is not None,
+                                   _tanh_complement)
+
+
 COMMON_TERMS = 6  # the most terms of a sum common_denominator combines: each is expanded
 
 
@@ -668,6 +681,13 @@ def _merged_after(name: str, expr: sympy.Expr) -> sympy.Expr:
     """``expr`` with its powers merged again after rule ``name`` changed it: a factored power
     polynomial's x**(p - 2) * (...) / x**2 ... is x**p * (...)/x**2 (NaN at x = 0) otherwise."""
     return merge_powers(expr) if name == "power_polynomial" else expr
+
+
+def _without_unit_floats(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` without float factors a rule made 1.0 or -1.0 (GELU's 0.5*x*(1 + tanh(u)) is
+    x*sigmoid(2*u)): each would print as one more multiplication."""
+    return expr.replace(lambda e: e.is_Mul and e.args[0].is_Float and abs(float(e.args[0])) == 1.0,
+                        lambda e: (1 if e.args[0] > 0 else -1) * sympy.Mul(*e.args[1:]))
 
 
 # -p(p+1)(p+2)/2 * (x**(p-1) - 2*x**p + x**(p+1)) -> -p(p+1)(p+2)/2 * x**(p-1)*(x - 1)**2: the
@@ -1268,6 +1288,7 @@ RULES = (
     ("one_minus_sigmoid", one_minus_sigmoid_opt),
     ("sigmoid_difference", sigmoid_difference_opt),
     ("cos_half_angle", cos_half_angle_opt),
+    ("tanh_complement", tanh_complement_opt),
     ("sum_to_product", sum_to_product_opt),
     ("erf_complement", erf_complement_opt),
     ("power_difference", power_difference_opt),
@@ -1307,6 +1328,7 @@ NEEDS = {
     "one_minus_sigmoid": ((sigmoid,),),
     "sigmoid_difference": ((sigmoid,),),
     "cos_half_angle": ((sympy.cos,),),
+    "tanh_complement": ((sympy.tanh,),),
     "sum_to_product": ((sympy.sin, sympy.cos),),
     "erf_complement": ((sympy.erf,),),
     "power_difference": ((sympy.Pow,),),
@@ -1405,7 +1427,7 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
         if rewritten == factored_form:
             break
         expr = rewritten
-    return expr
+    return _without_unit_floats(expr)
 
 
 def _apply_rules(expr: sympy.Expr) -> sympy.Expr:

@@ -301,6 +301,19 @@ def test_plancks_law_is_finite_and_exact_in_float32_where_exp_overflows(tmp_path
     assert max(f.max_excess for f in report.autograd if f.dtype == "float32") > 20, accuracy.report_text(report)
 
 
+def test_gelus_tanh_form_is_exact_in_its_tails(tmp_path):
+    """rewrite.py's tanh_complement: 0.5*x*(1 + tanh(u)) cancels where tanh(u) rounds to -1 (55 bits
+    of the value lost at x = -7.2 in float64, 24 at -5.8 in float32); written x*sigmoid(2*u). Its
+    derivatives then hold sigmoid(2*u)*sigmoid(-2*u), exact in both tails, where 1 - tanh(u)**2 is not."""
+    plan = _plan(tmp_path, name="gelu_tanh", expr="0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))",
+                 inputs=["x"], order=3, domain={"x": [-9, 9]})
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert min(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
+    # autograd through save_inputs' backward differentiates sigmoid as s*(1 - s), 0 in the tail
+    assert plan.strategy == "nested" and "save_inputs passed over: loses" in plan.reason, plan.reason
+
+
 def test_an_angle_from_one_minus_a_small_number_is_exact_over_its_whole_domain(tmp_path):
     """rewrite.py's acos_complement: acos(1 - x) lost 16 bits at x = 1e-6 (1 - x rounds x away); the
     form must also hold at x = 2, where 2*asin(sqrt(x/2)) was NaN (sqrt(2)*sqrt(2)/2 rounds above 1)."""

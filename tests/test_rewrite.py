@@ -69,6 +69,7 @@ CASES = {
                      ("x/(x**2 + y**2) - 2*x**3/(x**2 + y**2)**2", "(x**2 + y**2)**2")],
     "sech2": [("y*(1 - tanh(x)**2)", "torch.ops.aten.tanh_backward(y, torch.tanh(x))"),
               ("1 - tanh(x)**2", "(1 - torch.tanh(x))*(torch.tanh(x) + 1)")],
+    "tanh_complement": [("x*(1 + tanh(y))/2", "x*torch.sigmoid(2*y)"), ("3*tanh(x) - 3", "-6*torch.sigmoid(-2*x)")],
     "difference_of_squares": [("1/(1 - x**2)", "(1 - x)*(x + 1)"), ("1/(y**2 - 1)", "(1 - y)*(y + 1)")],
     "hypot": [("sqrt(x**2 + y**2)", "torch.hypot(x, y)"), ("x/(x**2 + y**2)**(3/2)", "torch.hypot(x, y)**3")],
     "log_erfc": [("log(erfc(x)/2)", "torch.special.erfcx"), ("log(erfc(-x))", "torch.log1p(-torch.erf(")],
