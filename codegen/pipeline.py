@@ -290,12 +290,51 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     accurate = AccuracyBound(spec)
     plan = make_plan(spec, guarded, stabilize if rewrite else identity,
                      accept=(("the memory bound", excess), ("the accuracy bound", accurate.refusal)))
+    report = accurate.reports.get(plan.strategy)
+    if rewrite and _over_in_tanhs_tails(plan, report):
+        plan, report = _with_exact_tails(spec, guarded, plan, report)
     if not checked:
         from . import domain
 
         for key, formula in formulas:
             domain.check(spec, formula, key)
-    return plan, accurate.reports.get(plan.strategy)
+    return plan, report
+
+
+def _over_in_tanhs_tails(plan, report) -> bool:
+    """Whether ``plan`` is over the accuracy bound and computes tanh or its derivative, which
+    ``rewrite.stabilize_tails`` writes exactly in its tails."""
+    import sympy
+
+    from .rewrite import Sech2
+
+    if report is None or not report.over_bound():
+        return False
+    blocks = [block for function in plan.functions for block in (function.forward, function.backward, function.jvp)
+              if block is not None]
+    return any(value.has(sympy.tanh, Sech2) for block in blocks for value in block.values)
+
+
+def _with_exact_tails(spec: Spec, guarded, plan, report):
+    """The plan with tanh's derivative as sigmoids (``rewrite.stabilize_tails``) where that one is
+    within the accuracy bound at every order, else ``plan``: the sigmoids cost about four kernels
+    where ``tanh_backward`` takes one, paid only where the domain reaches the tails."""
+    from dataclasses import replace
+
+    from .memory import excess
+    from .plan import make_plan
+    from .rewrite import stabilize_tails
+
+    accurate = AccuracyBound(spec)
+    exact = make_plan(spec, guarded, stabilize_tails,
+                      accept=(("the memory bound", excess), ("the accuracy bound", accurate.refusal)))
+    exact_report = accurate.reports.get(exact.strategy)
+    if exact_report is None or exact_report.over_bound():  # measured only where within the memory bound
+        return plan, report
+    worst = max(report.over_bound(), key=lambda figures: figures.max_excess)
+    note = (f"tanh's derivative written with sigmoids: 1 - tanh(u)**2 loses {worst.max_excess:.0f} bits at order "
+            f"{worst.order} in {worst.dtype} in tanh's tails on the domain")
+    return replace(exact, reason=f"{exact.reason}; {note}", notes=(*exact.notes, note)), exact_report
 
 
 class AccuracyBound:

@@ -22,6 +22,7 @@ from codegen import accuracy, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 from codegen.pipeline import load_specs, plan_spec
+from codegen.expr import sigmoid
 
 
 def _spec_file(tmp_path, **spec):
@@ -312,6 +313,23 @@ def test_gelus_tanh_form_is_exact_in_its_tails(tmp_path):
     assert min(f.max_excess for f in report.autograd) > 20, accuracy.report_text(report)
     # autograd through save_inputs' backward differentiates sigmoid as s*(1 - s), 0 in the tail
     assert plan.strategy == "nested" and "save_inputs passed over: loses" in plan.reason, plan.reason
+
+
+def test_log_cosh_is_exact_in_tanhs_tails_where_its_domain_reaches_them(tmp_path):
+    """pipeline._with_exact_tails: on [-40, 40] 1 - tanh(x)**2 (autograd's own) loses every bit of
+    log_cosh's derivatives from order 2; the build writes sech(x)**2 as sigmoids there, within the
+    bound at every order, and keeps torch's one-kernel tanh_backward where the domain does not
+    reach the tails (there auto takes save_inputs: autograd differentiates torch.tanh)."""
+    plan = _plan(tmp_path, name="log_cosh", expr="log(cosh(x))", inputs=["x"], order=4, domain={"x": [-40, 40]})
+    assert "tanh's derivative written with sigmoids" in plan.reason, plan.reason
+    report = accuracy.measure(plan, 64)
+    assert not report.over_bound(), accuracy.report_text(report)
+    assert max(f.max_excess for f in report.autograd) > 40, accuracy.report_text(report)
+    (tmp_path / "near").mkdir()
+    near = _plan(tmp_path / "near", name="log_cosh", expr="log(cosh(x))", inputs=["x"], order=4,
+                 domain={"x": [-2, 2]})
+    values = [v for f in near.functions for b in (f.forward, f.backward, f.jvp) if b is not None for v in b.values]
+    assert "sigmoids" not in near.reason and not any(v.has(sigmoid) for v in values), near.reason
 
 
 def test_an_angle_from_one_minus_a_small_number_is_exact_over_its_whole_domain(tmp_path):

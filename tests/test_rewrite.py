@@ -17,7 +17,7 @@ from sympy.codegen.rewriting import optimize
 from codegen.expr import parse_expr
 from codegen.printer import TorchPrinter
 from codegen.symbolic import merge_powers
-from codegen.rewrite import NEEDS, RULES, factored, for_differentiation, kinds, may_match, stabilize
+from codegen.rewrite import NEEDS, RULES, factored, for_differentiation, kinds, may_match, stabilize, stabilize_tails
 from test_properties import R, scaled, text, trees
 
 NAMES = ("x", "y")
@@ -142,6 +142,27 @@ def test_log_cosh_is_exact_near_0_finite_far_out_and_differentiable_everywhere()
     (gradient,) = torch.autograd.grad(value.sum(), x)
     assert torch.isfinite(gradient).all(), gradient
     assert for_differentiation(rewritten) == parse_expr("log(cosh(x))", NAMES, ())
+
+
+def test_tanhs_derivative_in_its_tails_is_exact_and_finite_under_autograd():
+    """stabilize_tails: y*(1 - tanh(x)**2) as 4*y*sigmoid(2*x)*sigmoid(-2*x), against mpmath where
+    1 - tanh(x)**2 is 0 (|x| >= 19) or loses 2.9 bits per unit of |x|; autograd's derivative of it
+    exact in the tails and finite where cosh overflows (1/cosh(x)**2 is inf*0 there)."""
+    original = parse_expr("y*(1 - tanh(x)**2)", NAMES, ())
+    rewritten = stabilize_tails(original)
+    printed = TorchPrinter(NAMES).doprint(rewritten)
+    assert "torch.sigmoid(2*x)" in printed and "torch.sigmoid(-2*x)" in printed and "tanh" not in printed, printed
+    assert stabilize_tails(parse_expr("sigmoid(x)*y", NAMES, ())) == stabilize(parse_expr("sigmoid(x)*y", NAMES, ()))
+    points = [-800.0, -30.0, -10.0, -3.0, 1e-9, 0.5, 5.0, 19.5, 40.0, 800.0]
+    x = torch.tensor(points, dtype=torch.float64, requires_grad=True)
+    value = _evaluate(rewritten, x, torch.ones_like(x))
+    with mpmath.workdps(60):
+        truth = [float(mpmath.sech(mpmath.mpf(v)) ** 2) for v in points]
+    torch.testing.assert_close(value, torch.tensor(truth, dtype=torch.float64), rtol=4e-16, atol=0)
+    (slope,) = torch.autograd.grad(value.sum(), x)
+    assert torch.isfinite(slope).all(), slope
+    tails = (x.abs() >= 3) & (x.abs() <= 40)  # near 0 autograd's two sigmoid terms cancel (absolute error 1e-16)
+    torch.testing.assert_close(slope[tails], (-2 * value * torch.tanh(x)).detach()[tails], rtol=1e-14, atol=0)
 
 
 def test_stabilize_leaves_stable_formulas_alone():
