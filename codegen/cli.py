@@ -136,19 +136,26 @@ def build(
         + (f", {len(removed)} orphan(s) removed" if removed else "")
         + ")"
     )
+    kept = {**{rel: "edited" for rel in done.edited_orphans}, **{rel: "unrecorded" for rel in done.unrecorded_orphans}}
     if orphans and not prune:
         named = _paths_text(specs)
         for rel in orphans:
-            edited = " (edited by hand: --prune keeps it)" if rel in done.edited_orphans else ""
-            say.note(f"{shown(rel)}: orphaned (no spec under {named} generates it){edited}")
-        say.note(
-            f"dbgen: {len(orphans)} orphaned file(s) kept; if {named} holds all your specs, rerun with "
-            "--prune to delete them, else build the folder that holds them all"
-        )
-    elif done.edited_orphans:
-        for rel in done.edited_orphans:
-            say.note(f"{shown(rel)}: orphaned but edited by hand since dbgen wrote it; kept (delete it yourself "
-                     "when you no longer need it)")
+            why = f" ({_KEPT_SHORT[kept[rel]]}: --prune keeps it)" if rel in kept else ""
+            say.note(f"{shown(rel)}: orphaned (no spec under {named} generates it){why}")
+        advice = (f"if {named} holds all your specs, rerun with --prune to delete them, else build the folder "
+                  "that holds them all") if set(orphans) - set(kept) else "delete or move them yourself"
+        say.note(f"dbgen: {len(orphans)} orphaned file(s) kept; {advice}")
+    else:
+        for rel, why in sorted(kept.items()):
+            say.note(f"{shown(rel)}: orphaned but {_KEPT_LONG[why]}; kept (delete it yourself when you no longer "
+                     "need it)")
+
+
+# why --prune keeps an orphan (write.Orphans.kept), in a line's parentheses and in a note of its own
+_KEPT_SHORT = {"edited": "edited by hand", "unrecorded": "in no manifest"}
+_KEPT_LONG = {"edited": "edited by hand since dbgen wrote it",
+              "unrecorded": "in no manifest of this output (written before dbgen kept one, or a copy of "
+                            "a generated file): nothing shows it is this build's"}
 
 
 @command()
@@ -199,10 +206,12 @@ def check(
     if not report:
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
-    edited_orphans = write.find_orphans(output, files, write.read_manifest(output)).edited
+    orphans = write.find_orphans(output, files, write.read_manifest(output))
+    edited_orphans = orphans.kept
     for rel, state in report:
         if state == "orphaned" and rel in edited_orphans:
-            state += " (edited by hand: --prune keeps it; delete it yourself)"
+            why = _KEPT_SHORT["edited" if rel in orphans.edited else "unrecorded"]
+            state += f" ({why}: --prune keeps it; delete it yourself)"
         elif state == "stale" and write.edited_by_hand(output / rel):
             state += " (edited by hand)"
         say.error(f"{write.shown(output.as_posix(), rel)}: {state}")
@@ -214,7 +223,8 @@ def check(
     if any(state == "orphaned" and rel not in edited_orphans for rel, state in report):
         command += " --prune"
     if all(rel in edited_orphans for rel, _ in report):  # no build changes them: the user decides
-        say.error(f"dbgen: {len(report)} file(s) differ: orphans edited by hand; delete or move them")
+        kinds = " or ".join(_KEPT_SHORT[k] for k in ("edited", "unrecorded") if getattr(orphans, k))
+        say.error(f"dbgen: {len(report)} file(s) differ: orphans {kinds}; delete or move them")
     else:
         say.error(f"dbgen: {len(report)} file(s) differ; run: {command}")
     raise typer.Exit(1)

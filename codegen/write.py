@@ -27,7 +27,9 @@ and ``--prune`` take as orphans the manifest's files that a build no longer writ
 generated files found where a build of OUT writes (OUT, less any folder holding a manifest of its
 own: another build's output; a tests folder's top level), less another output's test files (their
 ``_PATH`` leads elsewhere) and the tests' shared files that another output's tests still use. An
-orphan changed since dbgen wrote it is listed but never deleted.
+orphan changed since dbgen wrote it is listed but never deleted; so is one found without a manifest
+(OUT of a dbgen before manifests): a build owns exactly the files its manifest records, and a copy
+of a generated file the user put in OUT carries dbgen's header too. Neither is recorded.
 """
 
 from __future__ import annotations
@@ -333,6 +335,7 @@ class Commit:
     orphans: list[str] = field(default_factory=list)
     hand_edited: list[str] = field(default_factory=list)  # among ``written``: files edited by hand
     edited_orphans: list[str] = field(default_factory=list)  # among ``orphans``: changed since written, kept
+    unrecorded_orphans: list[str] = field(default_factory=list)  # among ``orphans``: in no manifest, kept
 
 
 def write_files(out: Path, files: dict[str, str]) -> list[str]:
@@ -374,7 +377,7 @@ def commit(out: Path, files: dict[str, str], prune: bool = False, tests: str | N
         kept = sorted(f for f in {*folders, *made_here} if (out / f).is_dir() and not (out / f).is_symlink())
         _record(out, Manifest(tests, owned, tuple(kept)))
     return Commit(written=changed, removed=removing, orphans=found.all, hand_edited=hand_edited,
-                  edited_orphans=found.edited)
+                  edited_orphans=found.edited, unrecorded_orphans=found.unrecorded)
 
 
 def _holds(target: Path, data: bytes) -> bool:
@@ -653,10 +656,16 @@ class Orphans:
     removable: list[str]  # as dbgen wrote them: check lists them, --prune deletes them
     edited: list[str]  # changed since dbgen wrote them: check lists them, --prune keeps them
     recorded: dict[str, str]  # each one's body hash as written, kept in the manifest while it stays
+    unrecorded: list[str] = field(default_factory=list)  # found with no manifest: listed, kept, not recorded
 
     @property
     def all(self) -> list[str]:
-        return sorted([*self.removable, *self.edited])
+        return sorted([*self.removable, *self.edited, *self.unrecorded])
+
+    @property
+    def kept(self) -> list[str]:
+        """The orphans ``--prune`` keeps: the user decides."""
+        return sorted([*self.edited, *self.unrecorded])
 
 
 def orphaned_files(out: Path, files: dict[str, str]) -> list[str]:
@@ -667,7 +676,8 @@ def orphaned_files(out: Path, files: dict[str, str]) -> list[str]:
 def find_orphans(out: Path, files: dict[str, str], manifest: Manifest | None) -> Orphans:
     """OUT's generated files that a build of ``files`` would not write: those ``manifest`` records;
     without one (OUT of a dbgen before manifests), the generated ``.py`` files found under OUT and
-    at the top of a tests folder beside it that ``files`` writes into. Never:
+    at the top of a tests folder beside it that ``files`` writes into, all ``unrecorded`` (never
+    removable: nothing tells them from a user's copy). Never:
     hidden names, symbolic links or what lies behind them, a folder holding a manifest of its own
     (another build's output), a test file whose ``_PATH`` leads to another output's module, nor a
     tests folder's shared file (``SHARED_TEST_FILES``) while another output's tests, or a kept
@@ -692,6 +702,8 @@ def find_orphans(out: Path, files: dict[str, str], manifest: Manifest | None) ->
     for rel in [r for r in mine if posixpath.basename(r) in SHARED_TEST_FILES]:
         if _still_used(out, posixpath.dirname(rel), mine):
             del mine[rel]
+    if manifest is None:  # nothing proves them this build's: a copy carries dbgen's header too
+        return Orphans(removable=[], edited=[], recorded={}, unrecorded=sorted(mine))
     return Orphans(removable=[rel for rel, (_, edited) in mine.items() if not edited],
                    edited=[rel for rel, (_, edited) in mine.items() if edited],
                    recorded={rel: digest for rel, (digest, _) in mine.items()})

@@ -67,15 +67,16 @@ def test_tests_set_apart_get_the_checks_beside_them(tmp_path):
 
 
 def test_check_and_prune_know_the_checks(tmp_path):
-    """Deleted: missing; edited: stale; left behind when the tests move: an orphan, pruned."""
+    """Deleted: missing; edited: stale; left behind when the tests move: an orphan, pruned (a build's
+    output, whose manifest records what it wrote)."""
     spec = _spec(tmp_path / "specs", "f", "x**3")
     out = tmp_path / "out"
     files = pipeline.generate(spec, root=tmp_path)
-    write.write_files(out, files)
+    write.commit(out, files, tests="tests")
     assert write.stale_files(out, files) == []
     (out / "tests" / CHECKS).unlink()
     assert write.stale_files(out, files) == [(f"tests/{CHECKS}", "missing")]
-    write.write_files(out, files)
+    write.commit(out, files, tests="tests")
     path = out / "tests" / CHECKS
     path.write_text(path.read_text().replace("RTOL, ATOL = 1e-7, 1e-9", "RTOL, ATOL = 1e-2, 1e-2"))
     assert write.stale_files(out, files) == [(f"tests/{CHECKS}", "stale")]
@@ -83,10 +84,11 @@ def test_check_and_prune_know_the_checks(tmp_path):
     rebuilt = pipeline.generate(spec, root=tmp_path, reuse_from=out)
     assert rebuilt[f"tests/{CHECKS}"] == files[f"tests/{CHECKS}"]
 
-    moved = pipeline.generate(spec, root=tmp_path, tests=pipeline.tests_layout(out, tmp_path / "checks"))
-    write.write_files(out, files)
+    layout = pipeline.tests_layout(out, tmp_path / "checks")
+    moved = pipeline.generate(spec, root=tmp_path, tests=layout)
+    write.commit(out, files, tests="tests")
     assert f"tests/{CHECKS}" in write.orphaned_files(out, moved)
-    write.commit(out, moved, prune=True)
+    write.commit(out, moved, prune=True, tests=layout.folder)
     assert not (out / "tests" / CHECKS).exists() and (tmp_path / "checks" / CHECKS).is_file()
 
 

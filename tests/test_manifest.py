@@ -95,6 +95,25 @@ def test_a_manifest_reaches_no_file_outside_the_output_but_a_tests_folders(tmp_p
     assert write.read_manifest(out) is None and write.stale_files(out, FILES) == []
 
 
+def test_without_a_manifest_prune_deletes_nothing_and_records_nothing_it_found(tmp_path):
+    """A folder no build has recorded (a dbgen before manifests, or a first build into a folder the
+    user filled): a copy of a generated file carries dbgen's header as an old orphan does, and
+    nothing tells them apart. Both are listed, kept and left out of the manifest the build writes."""
+    out = tmp_path / "out"
+    out.mkdir()
+    copy = generated("def b(x):\n    return 2 * x\n")
+    (out / "b_backup.py").write_text(copy)  # the user's copy
+    (out / "old.py").write_text(generated("def old(x):\n    return x\n"))  # an orphan of a pre-manifest build
+    found = write.find_orphans(out, FILES, None)
+    assert found.unrecorded == ["b_backup.py", "old.py"] and found.removable == [] and found.recorded == {}
+    done = write.commit(out, FILES, prune=True, tests="tests")
+    assert done.removed == [] and done.unrecorded_orphans == ["b_backup.py", "old.py"]
+    assert (out / "b_backup.py").read_text() == copy and (out / "old.py").exists()
+    assert set(manifest(out)["files"]) == set(FILES)
+    again = write.commit(out, FILES, prune=True, tests="tests")  # with the manifest now: not this build's
+    assert again.removed == again.orphans == [] and (out / "b_backup.py").exists()
+
+
 def test_another_builds_output_inside_the_output_is_not_an_orphan(tmp_path):
     out = tmp_path / "out"
     write.commit(out, FILES, tests="tests")
@@ -294,6 +313,20 @@ def test_cli_prune_keeps_a_hand_edited_generated_file_and_says_so(project):
     again = dbgen("check", *OUTER, cwd=project)
     assert again.returncode == 1 and lines_with(again, "out/cu.py: orphaned (edited by hand")
     assert again.stderr.splitlines()[-1] == "dbgen: 1 file(s) differ: orphans edited by hand; delete or move them"
+
+
+def test_cli_prune_keeps_what_no_manifest_records_and_says_why(project):
+    (project / "out" / write.MANIFEST_NAME).unlink()  # as a dbgen before manifests left it
+    copy = (project / "out" / "cu.py").read_text()
+    (project / "out" / "cu_copy.py").write_text(copy)
+    check = dbgen("check", *OUTER, cwd=project)
+    assert check.returncode == 1 and lines_with(check, "out/cu_copy.py: orphaned (in no manifest", "--prune keeps it")
+    assert check.stderr.splitlines()[-1] == "dbgen: 1 file(s) differ: orphans in no manifest; delete or move them"
+    pruned = ok("build", *OUTER, "--prune", cwd=project)
+    assert lines_with(pruned, "out/cu_copy.py: orphaned but in no manifest", "kept")
+    assert (project / "out" / "cu_copy.py").read_text() == copy
+    assert "cu_copy.py" not in manifest(project / "out")["files"]
+    ok("check", *OUTER, cwd=project)  # the manifest now says what the build owns: the copy is not its
 
 
 # --- --jobs ----------------------------------------------------------------------------------------

@@ -69,14 +69,15 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 
 def contents(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+    """Every file under root but the manifest (its own tests: test_manifest.py)."""
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != write.MANIFEST_NAME}
 
 
 def make_output(root: Path, files: dict[str, str]) -> Path:
+    """A CLI build's output of ``files`` (its manifest records them), and a file of the user's."""
     out = root / "out"
-    for rel, text in files.items():
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(text)
+    write.commit(out, files, tests="tests")
     (out / "handwritten.py").write_text("VALUE = 1\n")  # not dbgen's: never touched
     return out
 
@@ -122,7 +123,7 @@ def test_commit_writes_changes_creates_folders_and_prunes(tmp_path):
     assert done.written == ["a.py", "b.py", "c.py", "sub/deeper/d.py"]
     assert done.removed == done.orphans == ["orphan.py"]
     assert contents(out) == {**NEW, "handwritten.py": "VALUE = 1\n"}
-    assert not [p for p in out.iterdir() if p.name.startswith(".")], "a temporary file was left"
+    assert not [p for p in out.iterdir() if p.name.startswith(write.TEMP_PREFIX)], "a temporary file was left"
 
 
 @pytest.mark.parametrize("step", range(1, SWAP_STEPS + 1))
@@ -221,7 +222,7 @@ def test_sigkill_leaves_every_file_whole_and_the_next_build_cleans_up(tmp_path, 
     assert all(not rel.startswith(".") for rel, _ in write.stale_files(out, NEW)), "check sees temporary files"
 
     write.lock_output(out).release()  # what every build does first
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert not [p for p in out.iterdir() if p.name.startswith(write.TEMP_PREFIX)]
     write.commit(out, NEW, prune=True)
     assert contents(out) == {**NEW, "handwritten.py": "VALUE = 1\n"}
 
@@ -508,13 +509,13 @@ def test_commit_names_the_hand_edited_files_it_rewrites(tmp_path):
 
 
 def test_orphans_in_a_tests_folder_outside_the_output(tmp_path):
-    """Files keyed '../tests/...' land beside the output; that folder's top level is searched for
-    orphans (not its subfolders: the user's own tests live there)."""
+    """Files keyed '../tests/...' land beside the output; one the manifest records that a build no
+    longer writes is an orphan there, the user's own tests beside or below it never are."""
     out = tmp_path / "out"
     files = {"a.py": generated("A = 1\n"), "../tests/gen/test_dbgen_a.py": generated("T = 1\n")}
-    assert write.commit(out, files).written == sorted(files)
+    before = {**files, "../tests/gen/test_dbgen_gone.py": generated("T = 0\n")}
+    assert write.commit(out, before, tests="../tests/gen").written == sorted(before)
     assert (tmp_path / "tests" / "gen" / "test_dbgen_a.py").read_text() == files["../tests/gen/test_dbgen_a.py"]
-    (tmp_path / "tests" / "gen" / "test_dbgen_gone.py").write_text(generated("T = 0\n"))
     (tmp_path / "tests" / "gen" / "test_mine.py").write_text("def test_mine(): pass\n")
     (tmp_path / "tests" / "gen" / "deeper").mkdir()
     (tmp_path / "tests" / "gen" / "deeper" / "test_other.py").write_text(generated("T = 2\n"))
