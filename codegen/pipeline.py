@@ -274,17 +274,11 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
 def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     """``plan_spec``'s plan, and the accuracy oracle's report on it where auto measured it (else
     None)."""
-    from .branches import guard
-    from .external import bessel_powers
     from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
-    from .series import removable
 
-    keys = _formula_keys(spec)
-    whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
-    formulas = tuple((key, guard(removable(whole(_parsed(spec, key, text)), spec), spec))
-                     for key, (_, text) in zip(keys, spec.formulas))
+    formulas = _guarded_formulas(spec, rewrite)
     guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
     accurate = AccuracyBound(spec)
@@ -299,6 +293,27 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
         for key, formula in formulas:
             domain.check(spec, formula, key)
     return plan, report
+
+
+def _guarded_formulas(spec: Spec, rewrite: bool = True):
+    """(key, formula) per formula of ``spec``, as planning takes them: removable singularities split
+    (series.py), branches guarded (branches.py)."""
+    from .branches import guard
+    from .external import bessel_powers
+    from .rewrite import identity
+    from .series import removable
+
+    whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
+    return tuple((key, guard(removable(whole(_parsed(spec, key, text)), spec), spec))
+                 for key, (_, text) in zip(_formula_keys(spec), spec.formulas))
+
+
+def check_finite(spec: Spec) -> None:
+    """Raise SpecErrors where the function or a derivative up to the spec's order is not finite
+    somewhere on its domain, as ``build`` refuses it (domain.py): what ``dbgen new`` checks before
+    it writes a spec. A check that meets a size or time limit passes here; the build reports it."""
+    for key, formula in _guarded_formulas(spec):
+        _domain_checked(spec, formula, key)
 
 
 def _over_in_tanhs_tails(plan, report) -> bool:

@@ -142,21 +142,32 @@ def create(new: NewSpec, target: Path) -> Written:
 
 
 def _validate(text: str, shown: str) -> None:
-    """The loader's own checks on the text about to be written; problems name the option to change."""
+    """The loader's own checks on the text about to be written, then the build's domain check (the
+    function and its derivatives finite on the domain); problems name the option to change."""
+    from .pipeline import check_finite
+
     try:
-        load_text(text, shown)
+        check_finite(load_text(text, shown))
     except SpecErrors as errors:
         lines = [f"dbgen: {_option_hint(p.message)}" for p in errors.problems]
         raise NewSpecError(lines + [f"dbgen: {shown} was not written; fix the option(s) above and rerun"]) from None
 
 
 def _option_hint(message: str) -> str:
-    """'expr: ...' -> '--expr: ...': the loader speaks of keys, the user typed options."""
+    """'expr: ...' -> '--expr: ...', 'set domain: {x: [0.1, 2]}' -> 'give --domain x=0.1,2': the
+    loader speaks of keys, the user typed options."""
+    message = re.sub(r"set domain: \{(.*)\}$", lambda m: "give " + _domain_options(m.group(1)), message)
     for key in ("name", "expr", "inputs", "input", "order", "params", "param", "domain", "strategy", "doc"):
         if message.startswith(key + " ") or message.startswith(key + ":"):
             option = {"name": "NAME", "input": "--inputs", "param": "--params"}.get(key, f"--{key}")
             return f"{option}{message[len(key):]}"
     return message
+
+
+def _domain_options(inner: str) -> str:
+    """'x: [0.1, 2], y: [-2, 2]' -> '--domain x=0.1,2 --domain y=-2,2'."""
+    found = re.findall(r"(\w+): \[([^,\]]+), ([^\]]+)\]", inner)
+    return " ".join(f"--domain {name}={lo},{hi}" for name, lo, hi in found)
 
 
 def _schema_for(folder: Path) -> tuple[Path, bool]:

@@ -175,3 +175,17 @@ def test_domain_per_input_is_written_and_checked_by_the_build(here):
     spec = load_spec(path, "specs/lg.yaml")
     assert spec.bounds("x") == (0.1, 2.0) and spec.bounds("y") == (10.0, 20.0)
     assert "lg.py" in pipeline.generate(path)
+
+
+def test_refuses_a_spec_the_build_would_refuse_and_says_which_domain_to_give(here):
+    """The build's domain check runs before writing: log(x) is not finite at the default [-2, 2],
+    and the message suggests the options that make it so."""
+    result = invoke("new", "lg", "--expr", "log(x) * y", "--inputs", "x,y", "--domain", "y=-1,1")
+    assert result.exit_code == 2 and not (here / "specs" / "lg.yaml").exists()
+    first, last = result.stderr.splitlines()[0], result.stderr.splitlines()[-1]
+    assert first.startswith("dbgen: --domain: log(x) is not finite for x in [-2, 0]"), result.stderr
+    assert first.endswith("give --domain x=0.1,2 --domain y=-1,1"), result.stderr
+    assert last == "dbgen: specs/lg.yaml was not written; fix the option(s) above and rerun"
+    again = invoke("new", "lg", "--expr", "log(x) * y", "--inputs", "x,y", "--domain", "x=0.1,2", "--domain", "y=-1,1")
+    assert again.exit_code == 0, again.stderr
+    assert "lg.py" in pipeline.generate(here / "specs" / "lg.yaml")
