@@ -12,6 +12,7 @@ import ast
 import functools
 import math
 import re
+import sys
 import time
 import warnings
 
@@ -19,6 +20,7 @@ import sympy
 from mpmath.libmp import NoConvergence
 from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1
+from sympy.core.evalf import PrecisionExhausted
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
 from . import external, special
@@ -379,6 +381,23 @@ def _check_constants(expr: sympy.Expr) -> None:
         value = math.inf
     if not math.isfinite(value) or abs(value) > MAX_CONSTANT:
         raise ExprError(f"the constant part {_short(expr)} is too large for a float")
+    if abs(value) < sys.float_info.min:
+        _check_not_below_range(expr)
+
+
+def _check_not_below_range(expr: sympy.Expr) -> None:
+    """Refuse a constant whose exact value is not 0 but below float64's normal range: exp(-800) is
+    3.7e-348, which the generated code computes as 0 (x*exp(-800) would be 0 for every x), and
+    exp(-720) a subnormal with 10 digits. A constant that is exactly 0 is left to ``_zero_kind``."""
+    try:
+        exact = expr.evalf(20, strict=True)
+    except (*_SYMPY_ERRORS, PrecisionExhausted):
+        return  # not shown to be nonzero
+    if exact.is_Number and 0 < abs(exact) < sys.float_info.min:  # not tanh(20) - 1: that cancels, in range
+        raise ExprError(
+            f"the constant part {_short(expr)} is {sympy.sstr(exact.evalf(2))}, below float64's normal range "
+            "(2.2e-308): the generated code would round it to 0 or to a few digits; write the formula so that "
+            "no constant leaves the range (exp(x - 800), not x*exp(-800))")
 
 
 ZERO_DIGITS = 30  # a constant SymPy evaluates to this many digits, with its error bounds, is not 0

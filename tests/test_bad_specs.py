@@ -382,6 +382,7 @@ CORPUS = [
     expr("expr_sqrt_negative", "sqrt(-1) * x", "complex value"),
     expr("expr_asin_outside_domain", "x + asin(2)", "the constant part asin(2) has no real value"),
     expr("expr_exp_overflow", "x * exp(1000)", "the constant part exp(1000) is too large for a float"),
+    expr("expr_exp_underflow", "x * exp(-800) + exp(x - 800)", "the constant part exp(-800) is 3.7e-348"),
     expr("expr_complex_literal", "1j * x", "complex numbers are not allowed"),
     expr("expr_call_input", "x(2)", "'x' is an input or param, not a function"),
     expr("expr_function_as_value", "exp + x", "'exp' is a function; call it, as in exp(x)"),

@@ -173,6 +173,8 @@ def test_a_long_flat_sum_is_not_too_deep():
     ("x / (tanh(20) - 1)", "the constant part 1/(-1 + tanh(20)) divides by a value that rounds to 0 in float64"),
     ("x * 1e-400", "the number 1e-400 is below float64's smallest number: it would be 0"),
     ("exp(1000) * x", "the constant part exp(1000) is too large for a float"),
+    ("x * exp(-800)", "the constant part exp(-800) is 3.7e-348, below float64's normal range"),  # was 0 for every x
+    ("x * exp(-720)", "the constant part exp(-720) is 2.0e-313, below float64's normal range"),  # a subnormal
     ("1j", "complex numbers are not allowed"),
     ("lambda: x", "a lambda is not allowed in an expression; the language has numbers"),
     ("x if y else 1", "a conditional expression (a if c else b) is not allowed"),
