@@ -204,6 +204,16 @@ def test_a_backward_wrong_near_the_domains_end_is_found(tmp_path):
     assert audit.verdict == "wrong" and audit.wrong_at_order == 1, audit.summary
 
 
+@pytest.mark.parametrize("where", ["(x > 0.55) & (x < 0.63)", "(x > -1.0) & (x < -0.92)"])
+def test_a_backward_wrong_inside_the_domain_between_six_points_is_found(tmp_path, where):
+    """Wrong on a fiftieth of [-2, 2] inside it, between the points of a six-point grid (+-0.4, +-1.2,
+    +-2): the grid over the domain has 256 points (dynamic.GRID_POINTS), whatever the shape."""
+    body = f"return grad * torch.where({where}, 3 * x, 2 * x)"
+    path = _write(tmp_path, "inside.py", _function("WrongInside", "return x * x", body))
+    (audit,) = auditing.run([path], auditing.Options())
+    assert audit.verdict == "wrong" and audit.wrong_at_order == 1, audit.summary
+
+
 def test_a_class_name_with_colons_is_shown_whole_in_the_table(tmp_path):
     """The table's Function cell is the class's name after the file's '.py:' (it was cut at its
     last colon: a class named ':smile:' showed an empty cell)."""

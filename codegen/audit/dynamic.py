@@ -27,6 +27,7 @@ PASS, FAIL, WRONG, NOT_APPLICABLE = "pass", "fail", "wrong", "n/a"
 DEFAULT_DOMAIN = (-2.0, 2.0)
 STEP = 1e-5  # the central difference's step, relative to the inputs' scale
 TOLERANCE = 1e-5  # relative agreement of an order with its difference quotient
+GRID_POINTS = 256  # the fewest points of the even grid (Setup.spread): a gap of 1/255 of the domain
 TRANSFORMS = ("vmap", "grad", "jacrev", "jacfwd", "hessian", "jvp", "forward_ad", "compile")
 
 
@@ -76,15 +77,19 @@ class Setup:
     def spread(self) -> list[torch.Tensor]:
         """The tensor inputs on an even grid over each domain, its ends a thousandth inside (where a
         function often changes, and random draws rarely land), each input's grid turned by its
-        place so that the inputs' values pair differently."""
-        count = max(math.prod(self.shape), 2)
+        place so that the inputs' values pair differently. At least GRID_POINTS points, the shape's
+        first size made larger: six points (the default shape) missed a backward wrong on a
+        fiftieth of the domain between them."""
+        rest = math.prod(self.shape[1:])
+        shape = (max(self.shape[0], -(-GRID_POINTS // rest)), *self.shape[1:])
+        count = math.prod(shape)
         tensors = []
         for index, (name, (lo, hi)) in enumerate(zip(self.names, self.domains)):
             if name in self.numbers:
                 continue
             margin = (hi - lo) * 1e-3
             grid = torch.linspace(lo + margin, hi - margin, count, dtype=torch.float64).roll(index)
-            tensors.append(grid.reshape(self.shape).requires_grad_(name not in self.constant))
+            tensors.append(grid.reshape(shape).requires_grad_(name not in self.constant))
         return tensors
 
     def arguments(self, tensors) -> list:
