@@ -55,6 +55,80 @@ def _resolve(name: str) -> Callable:
     return found
 
 
+PROBE_POINTS = 7  # per input, evenly over its domain: what a probe call passes native
+
+
+def elementwise(native: Callable) -> Callable:
+    """``native`` as the generated tests call it: a loss (huber_loss, ...) with reduction="none"."""
+    import inspect
+
+    try:
+        keywords = inspect.signature(native).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes no reduction
+        return native
+    return functools.partial(native, reduction="none") if "reduction" in keywords else native
+
+
+def probe(name: str, native: Callable, domains: list[tuple[float, float]], params: dict[str, float]) -> None:
+    """Call ``native`` as the generated tests will (float64 tensors over each input's domain, the
+    params by keyword) and raise ``NativeError`` where it fails, returns anything but one floating
+    value per element, draws random numbers or changes torch's global state (default dtype, grad
+    mode, threads), or gives another value when called again: a test against it could only fail,
+    or pass by chance (torch.bernoulli, torch.nn.functional.dropout)."""
+    import torch
+
+    from .write import HeldSignals
+
+    points = [torch.linspace(lo, hi, PROBE_POINTS, dtype=torch.float64).roll(i) for i, (lo, hi) in enumerate(domains)]
+    with HeldSignals():
+        before = _global_state()
+        try:
+            results = [elementwise(native)(*points, **params) for _ in range(2)]
+        except Exception as exc:  # noqa: BLE001 - the named op's own error is the finding
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first.split("  (Could this error message be improved?")[0][:200]  # torch's own plea
+            raise NativeError(f"native: {name} fails on float64 tensors of the spec's inputs"
+                              f"{' and params' if params else ''}: {first}") from None
+        changed = [what for what, value in _global_state().items() if not _same(value, before[what])]
+        if changed:
+            _restore(before)
+            raise NativeError(f"native: {name} changes {' and '.join(changed)}; name a deterministic function "
+                              f"of the inputs, e.g. {EXAMPLE}")
+    first, second = results
+    if not (isinstance(first, torch.Tensor) and first.is_floating_point() and first.shape == points[0].shape):
+        got = (f"a {first.dtype} tensor of shape {tuple(first.shape)}" if isinstance(first, torch.Tensor)
+               else f"a {type(first).__name__}")
+        raise NativeError(f"native: {name} returns {got}, not one floating value per element of the inputs")
+    if not torch.equal(first.nan_to_num(), second.nan_to_num()):
+        raise NativeError(f"native: {name} gives other values when called again; name a deterministic function")
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
+def _global_state() -> dict:
+    import torch
+
+    return {"the random number generator's state": torch.random.get_rng_state(),
+            "the default dtype": torch.get_default_dtype(), "the grad mode": torch.is_grad_enabled(),
+            "the number of threads": torch.get_num_threads(),
+            "the deterministic-algorithms flag": torch.are_deterministic_algorithms_enabled()}
+
+
+def _restore(state: dict) -> None:
+    """Undo what a refused native changed, so that the build goes on as it began."""
+    import torch
+
+    torch.random.set_rng_state(state["the random number generator's state"])
+    torch.set_default_dtype(state["the default dtype"])
+    torch.set_grad_enabled(state["the grad mode"])
+    torch.set_num_threads(state["the number of threads"])
+    torch.use_deterministic_algorithms(state["the deterministic-algorithms flag"])
+
+
 def _undefined(name: str, parts: list[str], index: int, version: str) -> str:
     """The message for ``parts[index]`` missing from the object ``parts[:index]`` names."""
     import torch

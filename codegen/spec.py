@@ -591,8 +591,9 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
                 parsed.append(_check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}",
                                           others, externs=declared))
         _check_external_settings(reader, [p for p in parsed if p is not None], fields, lines)
-        if fields["native"] is not None:
-            _check_native(reader, lines["native"], fields["native"])
+        if fields["native"] is not None:  # probed only where the inputs, domain and params are sound
+            _check_native(reader, lines["native"], fields["native"], fields["inputs"], fields["domain"],
+                          fields["params"], probing=not reader.problems)
     if reader.problems:
         raise SpecErrors(reader.problems)
     return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
@@ -634,7 +635,7 @@ def native_problems(spec: Spec) -> list[Problem]:
     is then generated (its expression is parsed again by the generation; nothing resolves native)."""
     reader = _Reader(spec.path)
     if spec.native is not None:
-        _check_native(reader, spec.line_of("native"), spec.native)
+        _check_native(reader, spec.line_of("native"), spec.native, spec.inputs, spec.domain, spec.params)
     return reader.problems
 
 
@@ -741,12 +742,18 @@ def _check_externs(reader: _Reader, externs: tuple[Extern, ...], lines: dict[str
     return externs
 
 
-def _check_native(reader: _Reader, line: int, name: str) -> None:
-    """Resolve the native op now, as the generated tests will, so that a typo fails the build."""
-    from .native import NativeError, resolve_native  # torch: imported only when needed
+def _check_native(reader: _Reader, line: int, name: str, inputs, domain, params, probing: bool = True) -> None:
+    """Resolve the native op now and, with ``probing``, call it as the generated tests will
+    (``native.probe``), so that a typo, or an op that is not a pure function of the inputs, fails
+    the build."""
+    # torch: imported only when needed
+    from .native import NativeError, probe, resolve_native
 
+    bounds = dict(domain)
     try:
-        resolve_native(name)
+        found = resolve_native(name)
+        if probing:
+            probe(name, found, [bounds.get(x, DEFAULT_DOMAIN) for x in inputs], dict(params))
     except NativeError as exc:
         reader.fail(line, str(exc))
 

@@ -287,10 +287,11 @@ def test_native_that_is_not_a_dotted_torch_name_is_refused(tmp_path, raw):
     assert_refused_on_line(tmp_path, PLAIN + f"native: {raw}\n", EXTRA_LINE, "native")
 
 
-def test_native_is_written_as_a_plain_string_literal(tmp_path, plain_files):
-    files = generate(tmp_path, PLAIN + "native: torch.nn.functional.softplus\n")
+def test_native_is_written_as_a_plain_string_literal(tmp_path):
+    one_input = "name: inj\nexpr: log(1 + exp(x))\ninputs: [x]\norder: 2\n"  # softplus(x): a native must fit
+    files = generate(tmp_path, one_input + "native: torch.nn.functional.softplus\n")
     assert _literal(files["tests/test_inj.py"], "native") == "torch.nn.functional.softplus"
-    assert code_shape(files["inj.py"]) == code_shape(plain_files["inj.py"])
+    assert code_shape(files["inj.py"]) == code_shape(generate(tmp_path / "plain", one_input)["inj.py"])
 
 
 # Names: any name the generated code uses itself is fine for an input or a param ------------------
