@@ -678,16 +678,16 @@ def _factored_power_polynomial(add):
 
 
 def _merged_after(name: str, expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` with its powers merged again after rule ``name`` changed it: a factored power
-    polynomial's x**(p - 2) * (...) / x**2 ... is x**p * (...)/x**2 (NaN at x = 0) otherwise."""
-    return merge_powers(expr) if name == "power_polynomial" else expr
-
-
-def _without_unit_floats(expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` without float factors a rule made 1.0 or -1.0 (GELU's 0.5*x*(1 + tanh(u)) is
-    x*sigmoid(2*u)): each would print as one more multiplication."""
-    return expr.replace(lambda e: e.is_Mul and e.args[0].is_Float and abs(float(e.args[0])) == 1.0,
-                        lambda e: (1 if e.args[0] > 0 else -1) * sympy.Mul(*e.args[1:]))
+    """``expr`` tidied after rule ``name`` changed it: a factored power polynomial's powers merged
+    again (x**(p - 2) * (...) / x**2 ... is x**p * (...)/x**2, NaN at x = 0, otherwise); the float
+    factors tanh_complement made 1.0 or -1.0 dropped (GELU's 0.5*x*(1 + tanh(u)) is
+    x*sigmoid(2*u), not 1.0*x*sigmoid(2*u): one product less at every level)."""
+    if name == "power_polynomial":
+        return merge_powers(expr)
+    if name == "tanh_complement":
+        return expr.replace(lambda e: e.is_Mul and e.args[0].is_Float and abs(float(e.args[0])) == 1.0,
+                            lambda e: (1 if e.args[0] > 0 else -1) * sympy.Mul(*e.args[1:]))
+    return expr
 
 
 # -p(p+1)(p+2)/2 * (x**(p-1) - 2*x**p + x**(p+1)) -> -p(p+1)(p+2)/2 * x**(p-1)*(x - 1)**2: the
@@ -1427,7 +1427,7 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
         if rewritten == factored_form:
             break
         expr = rewritten
-    return _without_unit_floats(expr)
+    return expr
 
 
 @functools.lru_cache(maxsize=4096)
