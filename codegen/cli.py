@@ -265,14 +265,17 @@ def _available_memory() -> int | None:
 def _kept_by_build(path: Path, fresh: str) -> bool:
     """Whether a build would read ``path`` back as up to date (pipeline.reusable_files) although it
     differs from ``fresh``: its header is the one a build writes and its body hash matches (a file
-    written by another version of ruff, say). Only then does the build need --force."""
+    written by another version of ruff, say), and, for a test file, it tests the module the fresh one
+    does (after OUT was renamed, it leads to the old folder, and a build writes it anew). Only then
+    does the build need --force."""
     from . import write
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return write.sealed_header(text) == write.header_lines(fresh)
+    return (write.sealed_header(text) == write.header_lines(fresh)
+            and write.tested_folder(path, text) == write.tested_folder(path, fresh))
 
 
 def _paths_text(paths) -> str:

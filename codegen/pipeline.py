@@ -470,14 +470,22 @@ def measured_accuracy(plan, module: str):
 
 def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | None = None) -> dict[str, str] | None:
     """The spec's generated files in ``out`` if both carry exactly the header a build would write
-    and are as dbgen wrote them (a file edited by hand is generated again, and so rewritten)."""
+    and are as dbgen wrote them (a file edited by hand is generated again, and so rewritten), and
+    the test file tests the module in ``out``."""
+    from .write import tested_folder
+
     expected = header(spec.path, digest)
     kept = {}
-    for rel in (f"{spec.name}.py", (layout or DEFAULT_LAYOUT).test_file(spec.name)):
+    module, test = f"{spec.name}.py", (layout or DEFAULT_LAYOUT).test_file(spec.name)
+    for rel in (module, test):
         text = _reusable(out / rel, expected)
         if text is None:
             return None
         kept[rel] = text
+    # the test file's _PATH names the output's folder where the tests lie outside it: after OUT
+    # was renamed (out -> out2), the old file led to out/ and was kept, and check called it current
+    if tested_folder(out / test, kept[test]) != Path(os.path.realpath(out)):
+        return None
     return kept
 
 

@@ -329,6 +329,24 @@ def test_cli_prune_keeps_what_no_manifest_records_and_says_why(project):
     ok("check", *OUTER, cwd=project)  # the manifest now says what the build owns: the copy is not its
 
 
+def test_cli_a_renamed_output_gets_test_files_that_lead_to_it(tmp_path):
+    """Tests set apart from OUT name OUT's folder in their _PATH: after out/ was renamed out2/, the
+    old test file (leading to out/, where no module is) was read back as current by the build and
+    by check. check now calls it stale, and a plain build writes it anew."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "sq.yaml").write_text("name: sq\nexpr: x**2\ninputs: [x]\norder: 1\n")
+    ok("build", "specs", "-o", "out", "--tests-out", "t", cwd=tmp_path)
+    (tmp_path / "out").rename(tmp_path / "out2")
+    check = dbgen("check", "specs", "-o", "out2", "--tests-out", "t", cwd=tmp_path)
+    assert check.returncode == 1 and lines_with(check, "t/test_dbgen_sq.py: stale"), check.stderr
+    assert check.stderr.splitlines()[-1] == "dbgen: 1 file(s) differ; run: dbgen build specs -o out2 --tests-out t"
+    built = ok("build", "specs", "-o", "out2", "--tests-out", "t", cwd=tmp_path)
+    assert "(1 file(s) written)" in built.stdout
+    assert write.tested_folder(tmp_path / "t" / "test_dbgen_sq.py",
+                               (tmp_path / "t" / "test_dbgen_sq.py").read_text()) == (tmp_path / "out2").resolve()
+    ok("check", "specs", "-o", "out2", "--tests-out", "t", cwd=tmp_path)
+
+
 # --- --jobs ----------------------------------------------------------------------------------------
 
 
