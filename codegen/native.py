@@ -85,13 +85,14 @@ def probe(name: str, native: Callable, domains: list[tuple[float, float]], param
         try:
             results = [elementwise(native)(*points, **params) for _ in range(2)]
         except Exception as exc:  # noqa: BLE001 - the named op's own error is the finding
+            _restore(before)
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             first = first.split("  (Could this error message be improved?")[0][:200]  # torch's own plea
             raise NativeError(f"native: {name} fails on float64 tensors of the spec's inputs"
                               f"{' and params' if params else ''}: {first}") from None
         changed = [what for what, value in _global_state().items() if not _same(value, before[what])]
+        _restore(before)
         if changed:
-            _restore(before)
             raise NativeError(f"native: {name} changes {' and '.join(changed)}; name a deterministic function "
                               f"of the inputs, e.g. {EXAMPLE}")
     first, second = results

@@ -347,8 +347,8 @@ def _with_exact_tails(spec: Spec, guarded, plan, report):
     if exact_report is None or exact_report.over_bound():  # measured only where within the memory bound
         return plan, report
     worst = max(report.over_bound(), key=lambda figures: figures.max_excess)
-    note = (f"tanh's derivative written with sigmoids: 1 - tanh(u)**2 loses {worst.max_excess:.0f} bits at order "
-            f"{worst.order} in {worst.dtype} in tanh's tails on the domain")
+    note = (f"tanh's derivative written with sigmoids, exact in its tails: with 1 - tanh(u)**2 the plan lost "
+            f"{worst.max_excess:.0f} bits at order {worst.order} in {worst.dtype} on the domain")
     return replace(exact, reason=f"{exact.reason}; {note}", notes=(*exact.notes, note)), exact_report
 
 
