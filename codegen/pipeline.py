@@ -455,7 +455,7 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     return files, plan.notes, tuple(measured.warnings()) if measured else ()
 
 
-BUILD_POINTS = 32  # the accuracy oracle's points per dtype at build time (dbgen accuracy: 256)
+BUILD_POINTS = 64  # the accuracy oracle's points per dtype at build time (dbgen accuracy: 256)
 
 
 def measured_accuracy(plan, module: str):

@@ -21,8 +21,9 @@ from helpers import build_spec, import_path, run_dbgen
 from codegen import accuracy, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
-from codegen.pipeline import load_specs, plan_spec
 from codegen.expr import sigmoid
+from codegen.pipeline import load_specs, plan_spec
+from codegen.render import render_module
 
 
 def _spec_file(tmp_path, **spec):
@@ -330,6 +331,16 @@ def test_log_cosh_is_exact_in_tanhs_tails_where_its_domain_reaches_them(tmp_path
                  domain={"x": [-2, 2]})
     values = [v for f in near.functions for b in (f.forward, f.backward, f.jvp) if b is not None for v in b.values]
     assert "sigmoids" not in near.reason and not any(v.has(sigmoid) for v in values), near.reason
+
+
+def test_the_build_measures_enough_points_to_warn_of_a_loss_beside_a_series_branch(tmp_path):
+    """log(1 + x)/x loses 8 bits of its third derivative at x = 0.29, just beyond its series
+    branch (its radius of convergence is 1): the build's measurement at 32 points missed it, and
+    the build said nothing; at pipeline.BUILD_POINTS it warns."""
+    plan = _plan(tmp_path, name="log1p_ratio", expr="log(1 + x)/x", inputs=["x"], order=3,
+                 domain={"x": [-0.9, 10]})
+    report = pipeline.measured_accuracy(plan, render_module(plan, "0" * 64))
+    assert any(f.order == 3 for f in report.over_bound()), accuracy.report_text(report)
 
 
 def test_an_angle_from_one_minus_a_small_number_is_exact_over_its_whole_domain(tmp_path):
