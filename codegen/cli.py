@@ -207,9 +207,9 @@ def check(
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
         return
     orphans = write.find_orphans(output, files, write.read_manifest(output))
-    edited_orphans = orphans.kept
+    kept_orphans = orphans.kept  # edited by hand or in no manifest
     for rel, state in report:
-        if state == "orphaned" and rel in edited_orphans:
+        if state == "orphaned" and rel in kept_orphans:
             why = _KEPT_SHORT["edited" if rel in orphans.edited else "unrecorded"]
             state += f" ({why}: --prune keeps it; delete it yourself)"
         elif state == "stale" and write.edited_by_hand(output / rel):
@@ -220,9 +220,9 @@ def check(
     command += " --fuse" if fuse else ""
     if any(state == "stale" and _kept_by_build(output / rel, files[rel]) for rel, state in report):
         command += " --force"  # only a file as dbgen wrote it that is not what it writes now
-    if any(state == "orphaned" and rel not in edited_orphans for rel, state in report):
+    if any(state == "orphaned" and rel not in kept_orphans for rel, state in report):
         command += " --prune"
-    if all(rel in edited_orphans for rel, _ in report):  # no build changes them: the user decides
+    if all(rel in kept_orphans for rel, _ in report):  # no build changes them: the user decides
         kinds = " or ".join(_KEPT_SHORT[k] for k in ("edited", "unrecorded") if getattr(orphans, k))
         say.error(f"dbgen: {len(report)} file(s) differ: orphans {kinds}; delete or move them")
     else:

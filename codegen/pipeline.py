@@ -274,7 +274,6 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
 def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     """``plan_spec``'s plan, and the accuracy oracle's report on it where auto measured it (else
     None)."""
-    from .memory import excess
     from .plan import make_plan
     from .rewrite import identity, stabilize
 
@@ -282,8 +281,7 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     guarded = tuple(formula for _, formula in formulas)
     checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
     accurate = AccuracyBound(spec)
-    plan = make_plan(spec, guarded, stabilize if rewrite else identity,
-                     accept=(("the memory bound", excess), ("the accuracy bound", accurate.refusal)))
+    plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=_criteria(accurate))
     report = accurate.reports.get(plan.strategy)
     if rewrite and _over_in_tanhs_tails(plan, report):
         plan, report = _with_exact_tails(spec, guarded, plan, report)
@@ -293,6 +291,14 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
         for key, formula in formulas:
             domain.check(spec, formula, key)
     return plan, report
+
+
+def _criteria(accurate: AccuracyBound):
+    """auto's criteria in their order (plan._ranked_choice): the memory bound, then the accuracy
+    bound as ``accurate`` measures it."""
+    from .memory import excess
+
+    return (("the memory bound", excess), ("the accuracy bound", accurate.refusal))
 
 
 def _guarded_formulas(spec: Spec, rewrite: bool = True):
@@ -325,9 +331,8 @@ def _over_in_tanhs_tails(plan, report) -> bool:
 
     if report is None or not report.over_bound():
         return False
-    blocks = [block for function in plan.functions for block in (function.forward, function.backward, function.jvp)
-              if block is not None]
-    return any(value.has(sympy.tanh, Sech2) for block in blocks for value in block.values)
+    values = (value for function in plan.functions for block in function.blocks for value in block.values)
+    return any(value.has(sympy.tanh, Sech2) for value in values)
 
 
 def _with_exact_tails(spec: Spec, guarded, plan, report):
@@ -336,13 +341,11 @@ def _with_exact_tails(spec: Spec, guarded, plan, report):
     where ``tanh_backward`` takes one, paid only where the domain reaches the tails."""
     from dataclasses import replace
 
-    from .memory import excess
     from .plan import make_plan
     from .rewrite import stabilize_tails
 
     accurate = AccuracyBound(spec)
-    exact = make_plan(spec, guarded, stabilize_tails,
-                      accept=(("the memory bound", excess), ("the accuracy bound", accurate.refusal)))
+    exact = make_plan(spec, guarded, stabilize_tails, accept=_criteria(accurate))
     exact_report = accurate.reports.get(exact.strategy)
     if exact_report is None or exact_report.over_bound():  # measured only where within the memory bound
         return plan, report

@@ -100,6 +100,11 @@ class FunctionPlan:
         return tuple(r.name for r in self.forward.results)
 
     @property
+    def blocks(self) -> tuple[Block, ...]:
+        """Its code: forward, backward (where it has one) and jvp."""
+        return tuple(block for block in (self.forward, self.backward, self.jvp) if block is not None)
+
+    @property
     def differentiable_outputs(self) -> tuple[str, ...]:
         return self.outputs[: len(self.outputs) - len(self.values)]
 

@@ -750,7 +750,7 @@ def _used_names(block: Block | None) -> set[str]:
 def _fold_names(fn: FunctionPlan, plan: ModulePlan):
     """Names for the temporaries a folding printer adds in ``fn`` (``TorchPrinter.name_for``):
     none of the names the function's code already uses."""
-    blocks = [block for block in (fn.forward, fn.backward, fn.jvp) if block is not None]
+    blocks = fn.blocks
     taken = {*fn.inputs, *fn.saved, *fn.cotangents, *fn.tangents, *fn.outputs, *fn.values,
              *plan.spec.param_names, *(name for _, name in plan.locals), plan.spec.name,
              *(name for block in blocks for name, _ in block.temporaries),
