@@ -10,6 +10,7 @@ The pipeline, one module per stage, data flowing one way:
     printer.py   SymPy -> torch source
     render.py    plans -> module and test source (Jinja templates), formatted by ruff
     write.py     atomic, deterministic writes and the staleness check
+    provenance.py  the generated header and its seal; signals.py: signals held during a swap
     cli.py       the ``dbgen`` command, a thin shell over ``pipeline.py``
 """
 

@@ -189,7 +189,7 @@ def check(
     and options) and no hand edit is up to date without regenerating it, as build skips it; the
     others are regenerated and compared. Writes nothing. Example: dbgen check specs/ -o generated
     """
-    from . import pipeline, write
+    from . import pipeline, provenance, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
     settings = _settings(specs, output, jobs, fuse, tests_out)
@@ -212,7 +212,7 @@ def check(
         if state == "orphaned" and rel in kept_orphans:
             why = _KEPT_SHORT["edited" if rel in orphans.edited else "unrecorded"]
             state += f" ({why}: --prune keeps it; delete it yourself)"
-        elif state == "stale" and write.edited_by_hand(output / rel):
+        elif state == "stale" and provenance.edited_by_hand(output / rel):
             state += " (edited by hand)"
         say.error(f"{write.shown(output.as_posix(), rel)}: {state}")
     command = f"dbgen build {_paths_text(specs)} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
@@ -268,13 +268,13 @@ def _kept_by_build(path: Path, fresh: str) -> bool:
     written by another version of ruff, say), and, for a test file, it tests the module the fresh one
     does (after OUT was renamed, it leads to the old folder, and a build writes it anew). Only then
     does the build need --force."""
-    from . import write
+    from . import provenance, write
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    return (write.sealed_header(text) == write.header_lines(fresh)
+    return (provenance.sealed_header(text) == provenance.header_lines(fresh)
             and write.tested_folder(path, text) == write.tested_folder(path, fresh))
 
 
@@ -310,7 +310,7 @@ def bench(
     Prints the tables on stdout; writes files only where asked: the markdown report with
     --report FILE, the plot with --plot FILE. Example: dbgen bench specs/ --size 4096 --report bench.md
     """
-    from .write import import_torch
+    from .signals import import_torch
 
     import_torch()  # bench imports it; a signal inside torch's import would be lost
     from . import bench as benchmark
@@ -347,7 +347,7 @@ def accuracy(
     value, plus the ends, 0 and branch thresholds). Exits 1 when a generated order loses more
     bits than the bound anywhere. Example: dbgen accuracy specs/sinh.yaml --plot sinh.png
     """
-    from .write import import_torch
+    from .signals import import_torch
 
     import_torch()
     import json
@@ -424,7 +424,7 @@ def audit(
     at some order up to --order, else 2 when a target could not be checked (not finite on its
     domain: give --domain), else 0. Example: dbgen audit mypkg/ops.py --domain x=0.1,5 --order 3
     """
-    from .write import import_torch
+    from .signals import import_torch
 
     import_torch()
     from . import audit as auditing
@@ -779,10 +779,10 @@ def _io(output: Path, action):
 
 
 def _stop_on_signals() -> None:
-    """SIGINT and SIGTERM raise write.Interrupted, so that a build undoes what it started (see
+    """SIGINT and SIGTERM raise signals.Interrupted, so that a build undoes what it started (see
     write.py) and exits 128 + the signal number (click would turn a KeyboardInterrupt into exit 1).
     A signal the caller set to be ignored stays ignored."""
-    from .write import Interrupted
+    from .signals import Interrupted
 
     def stop(signum, frame):
         raise Interrupted(signum)
@@ -795,7 +795,7 @@ def _stop_on_signals() -> None:
 
 def run() -> None:
     """Console entry point: no traceback reaches a user."""
-    from .write import Interrupted
+    from .signals import Interrupted
 
     _stop_on_signals()
     try:

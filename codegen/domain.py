@@ -30,7 +30,7 @@ import math
 import mpmath
 import sympy
 
-from . import external, limits, special, symbolic, write
+from . import external, limits, signals, special, symbolic
 from .errors import SpecErrors
 from .printer import formula
 from .spec import DEFAULT_DOMAIN, Spec
@@ -59,7 +59,7 @@ _GUARDS = {name: _guard for name in ("Guard", "ClampBelow", "ClampAbove")}  # br
 def _functions() -> dict:
     """The functions ``math`` lacks, by name, for lambdify: the special functions (special.py) by
     torch's ops on floats (torch is imported as the build imports it, signals held) and mpmath."""
-    write.import_torch()
+    signals.import_torch()
     return {
         "sigmoid": _sigmoid, "softplus": _softplus, **_GUARDS,
         **{cls.__name__: special.in_floats(cls) for cls in special.ALL},

@@ -46,7 +46,7 @@ def picture_format(output: Path) -> str:
 
 def check_tools() -> None:
     """torchviz and Graphviz's ``dot`` are optional dependencies: say how to install what is missing."""
-    from .write import import_torch
+    from .signals import import_torch
 
     import_torch()  # torchviz imports it; a signal inside torch's import would be lost
     try:

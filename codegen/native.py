@@ -23,9 +23,9 @@ class NativeError(ValueError):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, or ``NativeError`` naming what is wrong."""
-    from .write import HeldSignals
+    from .signals import HeldSignals
 
-    with HeldSignals():  # torch's import, and the lazy submodules the lookup may import (write.import_torch)
+    with HeldSignals():  # torch's import, and the lazy submodules the lookup may import (signals.import_torch)
         return _resolve(name)
 
 
@@ -77,7 +77,7 @@ def probe(name: str, native: Callable, domains: list[tuple[float, float]], param
     or pass by chance (torch.bernoulli, torch.nn.functional.dropout)."""
     import torch
 
-    from .write import HeldSignals
+    from .signals import HeldSignals
 
     points = [torch.linspace(lo, hi, PROBE_POINTS, dtype=torch.float64).roll(i) for i, (lo, hi) in enumerate(domains)]
     with HeldSignals():

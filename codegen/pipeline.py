@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import __version__, config, limits as bounds
 from .errors import Problem, SpecErrors
-from .write import header, header_source, seal, sealed_header
+from .provenance import header, header_source, seal, sealed_header
 from .spec import Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -440,7 +440,7 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
     """generate_one, what auto left out or passed over (``ModulePlan.notes``, for --verbose), and
     the orders the accuracy oracle found over its bound (warnings)."""
-    from .write import import_torch
+    from .signals import import_torch
 
     import_torch()  # before the time limit starts (memory.py imports it)
     from .render import render_module, render_tests

@@ -23,7 +23,7 @@ from .branches import boundaries
 from .printer import Copy, TorchPrinter, formula
 from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
-from .write import header
+from .provenance import header
 
 MAX_DOC_FORMULA = 300
 

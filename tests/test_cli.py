@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import codegen
+from codegen import provenance
 from codegen.write import MANIFEST_NAME as MANIFEST
 from helpers import run_dbgen
 
@@ -569,13 +570,12 @@ def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
     """A file as dbgen wrote it (header and body hash agree) that is not what dbgen writes now --
     written by another ruff, say -- is kept by build and by check; check --force regenerates it,
     and only then asks for build --force."""
-    from codegen import write
 
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
     module = specs_only / "out" / "square.py"
     pristine = module.read_text()
     first, second, _, body = pristine.split("\n", 3)
-    module.write_text(write.seal(f"{first}\n{second}\n{body}# another formatter\n"))
+    module.write_text(provenance.seal(f"{first}\n{second}\n{body}# another formatter\n"))
     assert dbgen("check", "specs", "-o", "out", cwd=specs_only).returncode == 0  # its header vouches for it
     check = dbgen("check", "specs", "-o", "out", "--force", cwd=specs_only)
     assert check.returncode == 1 and stderr_lines_with(check, "out/square.py", "stale"), check.stderr

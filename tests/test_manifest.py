@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from helpers import run_dbgen
 
-from codegen import __version__, cli, console, write
+from codegen import __version__, cli, console, provenance, write
 
-HEADER = write.header("specs/x.yaml", "0" * 64)
+HEADER = provenance.header("specs/x.yaml", "0" * 64)
 
 
 def generated(body: str, header: str = HEADER) -> str:
-    return write.seal(f"{header}\n{body}")
+    return provenance.seal(f"{header}\n{body}")
 
 
 def made_test_file(module: str, up: int = 1, into: tuple[str, ...] = ()) -> str:
@@ -64,7 +64,7 @@ def test_a_build_records_the_files_it_wrote_their_body_hashes_and_its_tests_fold
     recorded = manifest(out)
     assert recorded["format"] == 1 and recorded["generator"] == f"dbgen {__version__}"
     assert recorded["tests"] == "tests"
-    assert recorded["files"] == {rel: text.split("\n")[2].removeprefix(write.BODY_HASH_PREFIX)
+    assert recorded["files"] == {rel: text.split("\n")[2].removeprefix(provenance.BODY_HASH_PREFIX)
                                  for rel, text in FILES.items()}
     assert recorded["folders"] == ["tests"]  # created by the build, OUT itself not counted
     before = (out / write.MANIFEST_NAME).stat()
@@ -133,7 +133,7 @@ def test_prune_keeps_a_generated_file_edited_by_hand_and_says_so(tmp_path):
     (out / "c.py").write_text(copy.replace("C = 1", "C = 2"))
     resealed = out / "tests" / "test_gone.py"  # its seal made to match again: the manifest still knows
     write.commit(out, {**FILES, "tests/test_gone.py": made_test_file("gone")}, tests="tests")
-    resealed.write_text(write.seal(resealed.read_text().replace("gone.py", "kept.py")))
+    resealed.write_text(provenance.seal(resealed.read_text().replace("gone.py", "kept.py")))
 
     done = write.commit(out, FILES, prune=True, tests="tests")
     # c.py is not in the manifest: never this build's, so neither an orphan nor deleted
@@ -174,9 +174,9 @@ def test_outputs_sharing_a_tests_folder_keep_each_others_files(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     shared = {"conftest.py": "# conftest\n", "_dbgen_checks.py": "# checks\n"}
     files_one = {"a.py": FILES["a.py"], "../t/test_dbgen_a.py": made_test_file("a", up=1, into=("one",)),
-                 **{f"../t/{n}": generated(b, write.header("specs", "1" * 64)) for n, b in shared.items()}}
+                 **{f"../t/{n}": generated(b, provenance.header("specs", "1" * 64)) for n, b in shared.items()}}
     files_two = {"b.py": FILES["a.py"], "../t/test_dbgen_b.py": made_test_file("b", up=1, into=("two",)),
-                 **{f"../t/{n}": generated(b, write.header("more", "1" * 64)) for n, b in shared.items()}}
+                 **{f"../t/{n}": generated(b, provenance.header("more", "1" * 64)) for n, b in shared.items()}}
     write.commit(one, files_one, tests="../t")
     write.commit(two, files_two, tests="../t")  # finds one's conftest and checks: up to date
     assert write.stale_files(one, files_one) == [] and write.stale_files(two, files_two) == []

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from codegen import write
+from codegen import provenance, signals, write
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"
-HEADER = write.header("specs/x.yaml", "0" * 64) + "\n"
+HEADER = provenance.header("specs/x.yaml", "0" * 64) + "\n"
 # A nested spec whose order-8 derivatives take minutes: a build of it is still generating when
 # the test signals it, whatever the machine's speed (its limits are switched off).
 ENDLESS = "name: endless\nexpr: x * tanh(softplus(x))\ninputs: [x]\norder: 8\nstrategy: nested\n"
@@ -104,9 +104,9 @@ def replace_calls(monkeypatch):
 
 @pytest.fixture
 def cli_like_handlers():
-    """SIGINT and SIGTERM raise write.Interrupted, as the CLI installs them."""
+    """SIGINT and SIGTERM raise signals.Interrupted, as the CLI installs them."""
     def stop(signum, frame):
-        raise write.Interrupted(signum)
+        raise signals.Interrupted(signum)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     yield
@@ -151,7 +151,7 @@ def test_sigterm_during_the_swap_rolls_back_then_stops(tmp_path, replace_calls, 
             signal.raise_signal(signal.SIGTERM)  # held during the swap: the rename still happens
 
     renames = replace_calls(signal_once)
-    with pytest.raises(write.Interrupted) as stopped:
+    with pytest.raises(signals.Interrupted) as stopped:
         write.commit(out, NEW, prune=True)
     assert stopped.value.signum == signal.SIGTERM
     assert snapshot(out) == before
@@ -171,7 +171,7 @@ def test_a_second_signal_does_not_interrupt_the_rollback(tmp_path, replace_calls
             signal.raise_signal(signal.SIGINT)
 
     replace_calls(signal_twice)
-    with pytest.raises(write.Interrupted) as stopped:
+    with pytest.raises(signals.Interrupted) as stopped:
         write.commit(out, NEW, prune=True)
     assert stopped.value.signum == signal.SIGTERM
     assert snapshot(out) == before
@@ -365,13 +365,13 @@ codegen.cli.run()
 # then in place is HeldSignals' (which holds the signal until the import is done).
 TORCH_IMPORT_WATCH = """
 import signal, sys
-from codegen import cli, write
+from codegen import cli, signals
 
 class Watch:
     def find_spec(self, name, path=None, target=None):
         if name == "torch" and "torch" not in sys.modules:
             handler = signal.getsignal(signal.SIGTERM)
-            held = getattr(handler, "__func__", None) is write.HeldSignals._note
+            held = getattr(handler, "__func__", None) is signals.HeldSignals._note
             print("torch imported with signals held" if held else "torch imported with signals live", file=sys.stderr)
         return None
 
@@ -476,33 +476,33 @@ def test_build_never_writes_through_a_link(project, link):
 
 
 def test_a_sealed_file_verifies_and_any_edit_of_its_body_is_seen():
-    sealed = write.seal(generated("A = 1\n\n\ndef f():\n    return A\n"))
+    sealed = provenance.seal(generated("A = 1\n\n\ndef f():\n    return A\n"))
     _, _, third, body = sealed.split("\n", 3)
-    assert third.startswith(write.BODY_HASH_PREFIX) and body == "A = 1\n\n\ndef f():\n    return A\n"
-    assert write.sealed_header(sealed) == HEADER.rstrip("\n")
-    assert write.header_lines(sealed) == HEADER.rstrip("\n")
+    assert third.startswith(provenance.BODY_HASH_PREFIX) and body == "A = 1\n\n\ndef f():\n    return A\n"
+    assert provenance.sealed_header(sealed) == HEADER.rstrip("\n")
+    assert provenance.header_lines(sealed) == HEADER.rstrip("\n")
     edits = [sealed + "# appended\n", sealed.replace("A = 1", "A = 2"), sealed.replace("return A", "return  A"),
              sealed[:-1], sealed.replace(third, third[:-1] + ("0" if third[-1] != "0" else "1"))]
     for edited in edits:
-        assert write.sealed_header(edited) is None, edited
-    assert write.sealed_header(generated("A = 1\n")) is None  # no body hash: not verified
-    assert write.seal(sealed.replace(third + "\n", "")) == sealed  # deterministic
+        assert provenance.sealed_header(edited) is None, edited
+    assert provenance.sealed_header(generated("A = 1\n")) is None  # no body hash: not verified
+    assert provenance.seal(sealed.replace(third + "\n", "")) == sealed  # deterministic
 
 
 def test_edited_by_hand_only_for_a_sealed_file_of_dbgens(tmp_path):
-    sealed = write.seal(generated("A = 1\n"))
+    sealed = provenance.seal(generated("A = 1\n"))
     cases = {"pristine.py": (sealed, False), "edited.py": (sealed + "B = 2\n", True),
              "unsealed.py": (generated("A = 1\n") + "B = 2\n", False),  # a 0.3.0 file: nothing recorded
              "foreign.py": ("# dbgen-body-sha256: 0\n\n\nA = 1\n", False)}
     for name, (text, expected) in cases.items():
         (tmp_path / name).write_text(text)
-        assert write.edited_by_hand(tmp_path / name) is expected, name
-    assert write.edited_by_hand(tmp_path / "missing.py") is False
+        assert provenance.edited_by_hand(tmp_path / name) is expected, name
+    assert provenance.edited_by_hand(tmp_path / "missing.py") is False
 
 
 def test_commit_names_the_hand_edited_files_it_rewrites(tmp_path):
-    files = {"a.py": write.seal(generated("A = 1\n")), "b.py": write.seal(generated("B = 1\n"))}
-    out = make_output(tmp_path, {"a.py": files["a.py"] + "# edit\n", "b.py": write.seal(generated("B = 0\n"))})
+    files = {"a.py": provenance.seal(generated("A = 1\n")), "b.py": provenance.seal(generated("B = 1\n"))}
+    out = make_output(tmp_path, {"a.py": files["a.py"] + "# edit\n", "b.py": provenance.seal(generated("B = 0\n"))})
     done = write.commit(out, files)
     assert done.written == ["a.py", "b.py"] and done.hand_edited == ["a.py"]
     assert contents(out)["a.py"] == files["a.py"]

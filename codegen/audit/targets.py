@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..write import HEADER_PREFIX
+from ..provenance import HEADER_PREFIX
 from .static import shown_path, source_place
 
 
