@@ -188,7 +188,22 @@ def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...
     name is then taken for a symbol, so that everything else in the expression is still checked.
     ``externs``: the spec's declared functions (``spec.Extern``), callable like the language's.
     """
-    return _parse(text, inputs, params, external.declared_functions(tuple(externs)) if externs else {})
+    return _parse(text, inputs, params, declared_functions(tuple(externs)) if externs else {})
+
+
+@functools.lru_cache(maxsize=64)
+def declared_functions(externs) -> dict[str, type]:
+    """The spec's externs as SymPy classes with their derivatives parsed (``parse_derivative``
+    raises ExprError naming the extern and argument). One set of classes per declaration, so that
+    every formula of a spec calls the same ones."""
+    classes = external.declared_classes(externs)
+    for extern in externs:
+        cls = classes[extern.name]
+        cls.derivatives = tuple(
+            None if text is None else parse_derivative(extern, index, text, classes)
+            for index, text in enumerate(extern.derivatives)
+        )
+    return classes
 
 
 def parse_derivative(extern, index: int, text: str, classes: dict[str, type]) -> sympy.Expr:

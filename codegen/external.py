@@ -16,8 +16,6 @@ and in a user extern's derivatives, so every derivative to every order is a form
 
 from __future__ import annotations
 
-import functools
-
 import mpmath
 import sympy
 
@@ -304,7 +302,7 @@ LITERAL_ARGUMENTS = {"expn": 0}
 class UserExternBase(ExternalFunctionBase):
     """A function a spec declares under ``extern:`` (``declaration``: its ``spec.Extern``);
     ``derivatives``: one formula per argument in the argument symbols, None where the
-    argument must be a number or a param. Filled by ``declared_functions``."""
+    argument must be a number or a param. Filled by ``expr.declared_functions``."""
 
     declaration = None
     symbols: tuple[sympy.Symbol, ...] = ()
@@ -327,23 +325,6 @@ def declared_classes(externs) -> dict[str, type]:
             "symbols": tuple(sympy.Symbol(arg, real=True) for arg in extern.args),
             "__module__": __name__,
         })
-    return classes
-
-
-@functools.lru_cache(maxsize=64)
-def declared_functions(externs) -> dict[str, type]:
-    """The spec's externs as SymPy classes with their derivatives parsed (``expr.parse_derivative``
-    raises ExprError naming the extern and argument). One set of classes per declaration, so that
-    every formula of a spec calls the same ones."""
-    from .expr import parse_derivative
-
-    classes = declared_classes(externs)
-    for extern in externs:
-        cls = classes[extern.name]
-        cls.derivatives = tuple(
-            None if text is None else parse_derivative(extern, index, text, classes)
-            for index, text in enumerate(extern.derivatives)
-        )
     return classes
 
 

@@ -730,8 +730,7 @@ def _read_derivatives(reader: _Reader, node, where: str, args, lines: dict[str, 
 def _check_externs(reader: _Reader, externs: tuple[Extern, ...], lines: dict[str, int]) -> tuple[Extern, ...] | None:
     """Parse every extern's derivatives (they may call each other and SciPy's functions); the
     externs, or None when one has a problem (reported on its derivative's line)."""
-    from .expr import DerivativeError
-    from .external import declared_functions
+    from .expr import DerivativeError, declared_functions
 
     try:
         declared_functions(externs)
