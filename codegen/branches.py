@@ -32,7 +32,7 @@ from sympy.printing.precedence import PRECEDENCE
 
 from .errors import SpecErrors
 from .expr import sigmoid
-from .printer import formula
+from .formula import formula
 
 # Safe points tried first, the same value for every input of a branch: they read well in the
 # generated code (torch.where(x > 0, x, 1.0)); then the domain grid.

@@ -32,7 +32,7 @@ import sympy
 
 from . import external, limits, signals, special, symbolic
 from .errors import SpecErrors
-from .printer import formula
+from .formula import formula
 from .spec import DEFAULT_DOMAIN, Spec
 
 MAX_POINTS = 8000  # grid points in all; per input the largest 2**k + 1 that keeps within it

@@ -214,7 +214,7 @@ class kv_power(ScipyFunctionBase):
         a, nu, x = self.args
         return sympy.Pow(x, a, evaluate=False) * kv(nu, x)
 
-    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, in the spec's language
+    def _sympystr(self, printer) -> str:  # formula.LanguagePrinter, in the spec's language
         return printer._print(self.written())
 
     def _torchcode(self, printer, **kwargs):  # printer.TorchPrinter

@@ -14,8 +14,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
-from .external import ExternalFunctionBase, UserExternBase
-from .series import Horner
+from .external import UserExternBase
 from .symbolic import SumTerm
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
@@ -539,62 +538,3 @@ def _call_depth(code: str) -> int:
         return inner + isinstance(node, ast.Call)
 
     return depth(ast.parse(code, mode="eval").body)
-
-
-def _is_series(expr: sympy.Expr) -> bool:
-    """Whether ``expr`` is series.py's polynomial branch itself (not a choice that holds one)."""
-    return expr.has(Horner) and not expr.has(sympy.Piecewise)
-
-
-class LanguagePrinter(StrPrinter):
-    """SymPy -> the spec's expression language, for docstrings and messages: branches as
-    ``where(cond, a, b)`` and guarded inputs as the inputs (branches.py)."""
-
-    def _print_Piecewise(self, expr):
-        *pieces, (last, _) = [(arg.expr, arg.cond) for arg in expr.args]
-        code = self._print(last)
-        if any(_is_series(value) for value, _ in pieces):
-            return code  # series.removable's split: the user wrote the formula, not its Taylor branch
-        for value, cond in reversed(pieces):
-            code = f"where({self._print(cond)}, {self._print(value)}, {code})"
-        return code
-
-    def _print_Guard(self, expr):
-        return self._print(expr.args[0])
-
-    _print_ClampBelow = _print_ClampAbove = _print_Guard  # branches.Guard's clamps
-
-    def _print_Masked(self, expr):
-        value, taken = expr.args
-        return f"where({self._print(taken)}, {self._print(value)}, 0)"
-
-    def _print_Sech2(self, expr):
-        return f"(1 - {self.parenthesize(expr.args[0]**2, PRECEDENCE['Add'])})"
-
-    def _print_loggamma(self, expr):
-        return f"lgamma({self._print(expr.args[0])})"
-
-    def _print_polygamma(self, expr):
-        n, arg = expr.args
-        return f"digamma({self._print(arg)})" if n == 0 else f"polygamma({n}, {self._print(arg)})"
-
-    def _print_SpecialFunctionBase(self, expr):
-        """A language function by its name; a derivative's family by the generated module's."""
-        return f"{type(expr).language or type(expr).runtime}({', '.join(self._print(a) for a in expr.args)})"
-
-    def _print_And(self, expr):
-        return " and ".join(self.parenthesize(arg, PRECEDENCE["And"]) for arg in expr.args)
-
-    def _print_Or(self, expr):
-        return " or ".join(self.parenthesize(arg, PRECEDENCE["Or"]) for arg in expr.args)
-
-    def _print_Not(self, expr):
-        return f"not {self.parenthesize(expr.args[0], PRECEDENCE['Not'])}"
-
-    def _print_Relational(self, expr):
-        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
-
-
-def formula(expr: sympy.Expr) -> str:
-    """``expr`` as a user writes it in a spec."""
-    return LanguagePrinter().doprint(expr)

@@ -20,7 +20,8 @@ from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from . import external, special
 from .branches import boundaries
-from .printer import Copy, TorchPrinter, formula
+from .formula import formula
+from .printer import Copy, TorchPrinter
 from .config import DEFAULT_LINE_LENGTH
 from .spec import DEFAULT_DOMAIN
 from .provenance import header

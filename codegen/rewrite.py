@@ -161,7 +161,7 @@ class Erfcx(sympy.Function):
         printer.uses_math = True  # params only: a number
         return f"(math.exp({printer._print(u**2)}) * math.erfc({printer._print(u)}))"
 
-    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, in the spec's language
+    def _sympystr(self, printer) -> str:  # formula.LanguagePrinter, in the spec's language
         return printer._print(sympy.exp(self.args[0] ** 2) * erfc(self.args[0]))
 
 
@@ -1001,7 +1001,7 @@ class Norm(sympy.Function):
             printer.uses_math, call = True, "math.hypot"
         return f"{call}({', '.join(printer._print(arg) for arg in self.args)})"
 
-    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, as the spec writes a norm
+    def _sympystr(self, printer) -> str:  # formula.LanguagePrinter, as the spec writes a norm
         return f"sqrt({printer._print(sympy.Add(*(arg**2 for arg in self.args)))})"
 
 
@@ -1175,7 +1175,7 @@ class Ratio(sympy.Function):
     def _torchcode(self, printer) -> str:  # printer.TorchPrinter
         return self._division(printer, " / ")
 
-    def _sympystr(self, printer) -> str:  # printer.LanguagePrinter, as SymPy writes a division
+    def _sympystr(self, printer) -> str:  # formula.LanguagePrinter, as SymPy writes a division
         return self._division(printer, "/")
 
 

@@ -507,6 +507,7 @@ class Horner(sympy.Function):
     polynomial branch is guarded like the other: far from x0 it is evaluated at a safe point."""
 
     precedence = PRECEDENCE["Add"]  # printed as a sum: parenthesized as one (printing.precedence reads it)
+    taylor_branch = True  # formula.py prints the formula the user wrote, not this branch
 
     @classmethod
     def eval(cls, w, *coefficients):

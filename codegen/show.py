@@ -15,7 +15,7 @@ from pathlib import Path
 import sympy
 
 from .branches import unguarded
-from .printer import formula
+from .formula import formula
 
 MAX_SHOWN_CHARS = 1200  # a longer formula is summarised by its size: nobody reads it on a terminal
 _SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")

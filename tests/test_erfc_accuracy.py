@@ -18,7 +18,8 @@ from helpers import build_spec
 
 from codegen import domain
 from codegen.expr import erfc, parse_expr
-from codegen.printer import TorchPrinter, formula
+from codegen.formula import formula
+from codegen.printer import TorchPrinter
 
 x = sympy.Symbol("x", real=True)
 PROBIT = "log(erfc(-x/sqrt(2))/2)"
