@@ -731,10 +731,9 @@ def _unguarded(spec) -> list[sympy.Expr]:
     power and kv of its base is one function (external.bessel_powers): its derivatives as SymPy
     writes them apart cancel near 0 beyond any precision the oracle tries (terms of 1e864 for a
     value of 1e-288), so the truth there would be missing, and the points not counted."""
-    from .pipeline import _formula_keys, _parsed
+    from .expr import spec_formulas
 
-    return [external.bessel_powers(_parsed(spec, key, text))
-            for key, (_, text) in zip(_formula_keys(spec), spec.formulas)]
+    return [external.bessel_powers(formula) for _, formula in spec_formulas(spec)]
 
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import did_you_mean
+from .spec import DEFAULT_LINE_LENGTH
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,8 +35,6 @@ else:  # pragma: no cover - Python 3.10 (the dependency is declared for it)
 PYPROJECT = "pyproject.toml"
 DEFAULT_OUTPUT = "generated"
 DEFAULT_SPECS = "specs"
-# The generated code's line length where the project sets none: ruff's and Black's default.
-DEFAULT_LINE_LENGTH = 88
 # ruff refuses a line-length above this
 MAX_LINE_LENGTH = 320
 # key -> (expected Python type, what the message calls it); specs may also be a list of paths

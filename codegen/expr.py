@@ -191,6 +191,31 @@ def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...
     return _parse(text, inputs, params, declared_functions(tuple(externs)) if externs else {})
 
 
+def spec_formulas(spec) -> tuple[tuple[str, sympy.Expr], ...]:
+    """A loaded spec's formulas as SymPy, each with the spec key it stands at.
+
+    Args:
+        spec: a ``spec.Spec`` (read for its inputs, params, externs and formula texts).
+
+    Returns:
+        (key, formula) per formula, in the spec's order: ``expr``, or ``outputs.NAME`` per output.
+
+    Raises:
+        SpecErrors: a formula that does not parse, reported on its line (a spec the loader
+            accepted parses; this is for specs made in code).
+    """
+    from .errors import SpecErrors
+
+    keys = tuple(f"outputs.{name}" for name, _ in spec.outputs) or ("expr",)
+    parsed = []
+    for key, (_, text) in zip(keys, spec.formulas):
+        try:
+            parsed.append((key, parse_expr(text, spec.inputs, spec.param_names, spec.externs)))
+        except ExprError as exc:
+            raise SpecErrors([spec.problem(key, f"{key}: {exc}")]) from None
+    return tuple(parsed)
+
+
 @functools.lru_cache(maxsize=64)
 def declared_functions(externs) -> dict[str, type]:
     """The spec's externs as SymPy classes with their derivatives parsed (``parse_derivative``

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import __version__, config, limits as bounds
 from .errors import Problem, SpecErrors
 from .provenance import header, header_source, seal, sealed_header
-from .spec import Spec, display_path, load_spec, native_problems
+from .spec import DEFAULT_LINE_LENGTH, Spec, display_path, load_spec, native_problems
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 CHECKS_FILE = "_dbgen_checks.py"  # the generated tests' shared checks, one per tests folder
@@ -124,7 +124,7 @@ def generate(
         specs = [dataclasses.replace(spec, fuse=True) for spec in specs]
     if line_length is None:
         line_length = config.line_length(root)
-    if line_length != config.DEFAULT_LINE_LENGTH:
+    if line_length != DEFAULT_LINE_LENGTH:
         specs = [dataclasses.replace(spec, line_length=line_length) for spec in specs]
     layout = tests or DEFAULT_LAYOUT
     files: dict[str, str] = {}
@@ -216,7 +216,7 @@ def tests_layout(out: Path, tests: Path | None) -> TestsLayout:
 
 
 def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from: Path | None,
-                   line_length: int = config.DEFAULT_LINE_LENGTH) -> dict[str, str]:
+                   line_length: int = DEFAULT_LINE_LENGTH) -> dict[str, str]:
     """OUT/__init__.py, and the tests' conftest.py, shared checks and package markers. Their headers
     hash only what they depend on (the set of names, the version), so that editing one spec
     rewrites that spec's files only; they are read back when up to date (rendering imports SymPy,
@@ -239,7 +239,7 @@ def _package_files(names: list[str], shown: str, layout: TestsLayout, reuse_from
     return files
 
 
-def _support_digest(line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
+def _support_digest(line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """The header digest of the tests' files that depend on no spec: the version (and the line
     length) decide them."""
     return hashlib.sha256(f"dbgen {__version__} tests support{_width_key(line_length)}\n".encode()).hexdigest()
@@ -248,17 +248,17 @@ def _support_digest(line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
 def _width_key(line_length: int) -> str:
     """What a line length adds to a package file's digest: nothing at the default, so that default
     builds keep their digests."""
-    return "" if line_length == config.DEFAULT_LINE_LENGTH else f" line-length {line_length}"
+    return "" if line_length == DEFAULT_LINE_LENGTH else f" line-length {line_length}"
 
 
-def render_init(names: list[str], specs_path: str, digest: str, line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
+def render_init(names: list[str], specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     from .render import render_init as render
 
     return seal(render(names, specs_path, digest, line_length))
 
 
 def render_support(template: str, specs_path: str, digest: str,
-                   line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
+                   line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """A file of the generated tests' that depends on no spec (``templates/NAME.jinja``)."""
     from .render import render_support as render
 
@@ -305,13 +305,13 @@ def _guarded_formulas(spec: Spec, rewrite: bool = True):
     """(key, formula) per formula of ``spec``, as planning takes them: removable singularities split
     (series.py), branches guarded (branches.py)."""
     from .branches import guard
+    from .expr import spec_formulas
     from .external import bessel_powers
     from .rewrite import identity
     from .series import removable
 
     whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
-    return tuple((key, guard(removable(whole(_parsed(spec, key, text)), spec), spec))
-                 for key, (_, text) in zip(_formula_keys(spec), spec.formulas))
+    return tuple((key, guard(removable(whole(formula), spec), spec)) for key, formula in spec_formulas(spec))
 
 
 def check_finite(spec: Spec) -> None:
@@ -392,28 +392,13 @@ class AccuracyBound:
         return self.reports[plan.strategy]
 
 
-def _formula_keys(spec: Spec) -> tuple[str, ...]:
-    """Where each formula stands in the spec file: expr, or outputs.NAME."""
-    return tuple(f"outputs.{name}" for name, _ in spec.outputs) or ("expr",)
-
-
-def _parsed(spec: Spec, key: str, text: str):
-    """The formula at ``key`` (expr, or outputs.NAME) as SymPy; a problem on its line if it fails."""
-    from .expr import ExprError, parse_expr
-
-    try:
-        return parse_expr(text, spec.inputs, spec.param_names, spec.externs)
-    except ExprError as exc:
-        raise SpecErrors([spec.problem(key, f"{key}: {exc}")]) from None
-
-
 def external_calls(spec: Spec) -> list[str]:
     """The names of the external functions (SciPy's, the spec's externs) the spec calls: it is then
     generated nested only, and has no formula in torch ops to compare or time it against."""
+    from .expr import spec_formulas
     from .external import calls
 
-    return [cls.language for cls in calls([_parsed(spec, key, text)
-                                           for key, (_, text) in zip(_formula_keys(spec), spec.formulas)])]
+    return [cls.language for cls in calls([formula for _, formula in spec_formulas(spec)])]
 
 
 def _domain_checked(spec: Spec, expr, key: str = "expr") -> bool:
@@ -528,7 +513,7 @@ def spec_state(generated: Path) -> SpecState:
     except SpecErrors as errors:
         return SpecState("changed", f"{spec_path} no longer loads ({errors.problems[0]}); fix it, then run: {command}")
     line_length = config.line_length(root)
-    if line_length != config.DEFAULT_LINE_LENGTH:
+    if line_length != DEFAULT_LINE_LENGTH:
         spec = dataclasses.replace(spec, line_length=line_length)
     digests = {dataclasses.replace(spec, fuse=fuse).digest(version, rewrite)
                for fuse in {spec.fuse, True} for rewrite in (True, False)}
@@ -560,7 +545,7 @@ def _reusable(path: Path, expected_header: str) -> str | None:
 
 
 def _placed(files: dict[str, str], name: str, layout: TestsLayout,
-            line_length: int = config.DEFAULT_LINE_LENGTH) -> dict[str, str]:
+            line_length: int = DEFAULT_LINE_LENGTH) -> dict[str, str]:
     """``generate_one``'s files where ``layout`` puts them, each sealed with its body hash."""
     test_text = files.pop(f"tests/test_{name}.py")
     if layout.back != DEFAULT_LAYOUT.back:
@@ -569,7 +554,7 @@ def _placed(files: dict[str, str], name: str, layout: TestsLayout,
     return {rel: seal(text) for rel, text in files.items()}
 
 
-def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int = config.DEFAULT_LINE_LENGTH) -> str:
+def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
     template writes the default layout's; a path of any length is then formatted as ruff does)."""
     from .render import ruff_formatted

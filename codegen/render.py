@@ -22,8 +22,7 @@ from . import external, special
 from .branches import boundaries
 from .formula import formula
 from .printer import Copy, TorchPrinter
-from .config import DEFAULT_LINE_LENGTH
-from .spec import DEFAULT_DOMAIN
+from .spec import DEFAULT_DOMAIN, DEFAULT_LINE_LENGTH
 from .provenance import header
 
 MAX_DOC_FORMULA = 300

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from .config import DEFAULT_LINE_LENGTH
 from .errors import Problem, SpecErrors, did_you_mean
 from .language import CONSTANT_NAMES, FUNCTION_ARITY
 
 MAX_SPEC_BYTES = 64 * 1024
+# The generated code's line length where the project sets none: ruff's and Black's default.
+DEFAULT_LINE_LENGTH = 88
 MAX_ORDER = 8
 MAX_INPUTS = 8
 MAX_PARAMS = 16
