@@ -173,7 +173,7 @@ def test_a_run_of_a_good_a_wrong_and_a_hostile_target_reports_all_three(tmp_path
 
 
 PATCH_THE_AUDIT = """
-_A = sys.modules.get("codegen.audit")
+_A = sys.modules.get("codegen.audit.verdict")
 if _A is not None:
     _A.audit = lambda t, o: _A.Audit(t.name, ("x",), (), (), "ok", None, o.order, "correct")
 """

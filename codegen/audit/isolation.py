@@ -32,13 +32,12 @@ from pathlib import Path
 
 from .targets import ImportFailure, NoFunctionError, TargetError
 
-DEFAULT_TIMEOUT = 60.0  # seconds: about 30 times the slowest Function of dbgen's own examples on a loaded core
 _START_LIMIT = 300.0  # seconds a worker may take to start (a spawned one imports torch)
 
 
 def run(texts: Sequence[str], options, skipped=None) -> list:
     """``audit.run``: every Function of ``texts`` audited in a worker, in order (see the module)."""
-    from . import Audit, unchecked
+    from .model import Audit, unchecked
 
     if options.expr is not None:
         _check_expr(options.expr)
@@ -88,9 +87,9 @@ def run(texts: Sequence[str], options, skipped=None) -> list:
 
 def _doubt(answer: tuple, options) -> str | None:
     """Why the worker's audit cannot be believed, or None: the audited code runs in the worker and
-    can change dbgen's own code there (a module that patches codegen.audit at import made a wrong
+    can change dbgen's own code there (a module that patches codegen.audit.verdict at import made a wrong
     Function 'ok'). Every verdict but unchecked rests on every order's check having run."""
-    from . import UNCHECKED, Audit
+    from .model import UNCHECKED, Audit
 
     audit = answer[1] if len(answer) > 1 else None
     if not isinstance(audit, Audit):
@@ -264,8 +263,9 @@ def _warm() -> None:
     _PROCESS["warm"] = True
     import torch._dynamo  # noqa: F401 - imports torch too
 
-    from . import Options, audit
+    from .model import Options
     from .targets import Target
+    from .verdict import audit
 
     try:
         audit(Target(_warm_up_function(), "dbgen"), Options(order=2, shape=(2,)))
@@ -313,10 +313,10 @@ def _serve(connection, method: str) -> None:
     sys.stdout = sys.stderr
     import torch
 
-    from . import audit
     from .dynamic import first_line
+    from .verdict import audit
 
-    _AUDIT["audit"] = audit  # bound before any target is imported: one that patches codegen.audit misses it
+    _AUDIT["audit"] = audit  # bound before any target is imported: one that patches codegen.audit.verdict misses it
     if method == "fork":
         torch.set_num_threads(1)
     try:

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from rich.markup import escape
 
-from . import LIMITED, OK, UNCHECKED, WRONG, Audit
 from .dynamic import FAIL, NOT_APPLICABLE, PASS, TRANSFORMS
 from .dynamic import WRONG as WRONG_NUMBER
+from .model import LIMITED, OK, UNCHECKED, WRONG, Audit
 from .static import ERROR, LIMIT, NOTE, SUSPECT
 
 _STYLE = {PASS: "green", FAIL: "yellow", WRONG_NUMBER: "bold red", NOT_APPLICABLE: "dim"}
