@@ -34,6 +34,7 @@ build: $(VENV)/.installed
 	$(BIN)/dbgen build specs/
 
 check: $(VENV)/.installed
+	$(BIN)/ruff check .
 	$(BIN)/dbgen check specs/ --force --jobs 2
 
 test: $(VENV)/.installed

@@ -21,6 +21,7 @@ optimizer would take (nothing is updated, so every variant and repeat sees the s
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ def _linear(fan_in: int, fan_out: int, dtype, generator) -> list[torch.Tensor]:
 
 
 def _mlp(widths: list[int], dtype, generator) -> list[torch.Tensor]:
-    return [p for a, b in zip(widths, widths[1:]) for p in _linear(a, b, dtype, generator)]
+    return [p for a, b in itertools.pairwise(widths) for p in _linear(a, b, dtype, generator)]
 
 
 def _forward(params: list[torch.Tensor], h: torch.Tensor, act: Callable) -> torch.Tensor:

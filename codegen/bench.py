@@ -201,56 +201,72 @@ def check_native(spec: Spec, native: Callable, generated: Callable, order: int =
     another function."""
     from .errors import SpecErrors
 
-    def refuse(what: str, advice: str = "") -> None:
-        advice = advice or f"bench times a native op only where it computes {spec.name} elementwise: fix native or remove it"
-        raise SpecErrors([spec.problem("native", f"native: {spec.native} {what}; {advice}")])
-
     params = dict(spec.params)
     native_at, generated_at = functools.partial(native, **params), functools.partial(generated, **params)
     inputs = make_inputs(spec, NATIVE_CHECK_SIZE, torch.float64)
+    problem = (_value_problem(spec, native_at, generated_at, inputs)
+               or _derivative_problem(spec, native_at, generated_at, inputs, order)
+               or _dtype_problem(spec, native_at, order, dtype))
+    if problem:
+        what, advice = problem
+        advice = advice or f"bench times a native op only where it computes {spec.name} elementwise: fix native or remove it"
+        raise SpecErrors([spec.problem("native", f"native: {spec.native} {what}; {advice}")])
+
+
+def _value_problem(spec: Spec, native_at: Callable, generated_at: Callable, inputs: Inputs) -> tuple[str, str] | None:
+    """(what is wrong, advice or "") where native's values are not the generated function's."""
     with torch.no_grad():
         expected = _as_tuple(generated_at(*inputs.tensors))
         try:
             got = native_at(*inputs.tensors)
         except Exception as exc:  # noqa: BLE001 - whatever the op raises is the message
-            refuse(f"fails on {spec.name}'s inputs ({_error_text(exc)})")
-    if isinstance(got, list):
-        got = tuple(got)
-    if not all(isinstance(g, torch.Tensor) for g in _as_tuple(got)):
-        refuse(f"returns a {type(got).__name__}, not a tensor")
-    got = _as_tuple(got)
+            return f"fails on {spec.name}'s inputs ({_error_text(exc)})", ""
+    returned = tuple(got) if isinstance(got, list) else got
+    got = _as_tuple(returned)
+    if not all(isinstance(g, torch.Tensor) for g in got):
+        return f"returns a {type(returned).__name__}, not a tensor", ""
     if len(got) != len(expected):
         counted = "one tensor" if len(expected) == 1 else f"{len(expected)} tensors"
-        refuse(f"returns {len(got)} tensors where {spec.name} returns {counted}")
+        return f"returns {len(got)} tensors where {spec.name} returns {counted}", ""
     for g, e in zip(got, expected):
         if g.shape != e.shape:
-            refuse(f"returns shape {tuple(g.shape)} where {spec.name} returns {tuple(e.shape)}, for inputs of shape "
-                   f"{tuple(inputs.tensors[0].shape)}: it is not elementwise")
+            return (f"returns shape {tuple(g.shape)} where {spec.name} returns {tuple(e.shape)}, for inputs of shape "
+                    f"{tuple(inputs.tensors[0].shape)}: it is not elementwise"), ""
         if not g.is_floating_point():
-            refuse(f"returns {str(g.dtype).removeprefix('torch.')} values where {spec.name} returns float64")
+            return f"returns {str(g.dtype).removeprefix('torch.')} values where {spec.name} returns float64", ""
     differs = _first_difference(spec, inputs, got, expected)
-    if differs:
-        refuse(f"computes other values than {spec.name}: {differs}")
+    return (f"computes other values than {spec.name}: {differs}", "") if differs else None
+
+
+def _derivative_problem(spec: Spec, native_at: Callable, generated_at: Callable, inputs: Inputs,
+                        order: int) -> tuple[str, str] | None:
+    """(what is wrong, advice) where native's derivatives up to ``order`` are not the generated ones."""
     for k in range(1, min(order, spec.order) + 1):
         try:
             got, expected = derivatives(native_at, inputs, k), derivatives(generated_at, inputs, k)
-        except Exception as exc:  # noqa: BLE001 - as above
-            refuse(f"fails at derivative order {k} ({_error_text(exc)})", f"time it with --orders below {k}, or remove native")
+        except Exception as exc:  # noqa: BLE001 - whatever the op raises is the message
+            return f"fails at derivative order {k} ({_error_text(exc)})", f"time it with --orders below {k}, or remove native"
         if not got and any(e is not None and bool(e.abs().max() > 0) for e in expected):
             # (a derivative that is 0 everywhere, as huber_loss's third, may be no graph at all)
-            refuse(f"has no derivative in torch (its result does not require grad), where {spec.name} has",
-                   "time it with --orders 0, or remove native")
+            return (f"has no derivative in torch (its result does not require grad), where {spec.name} has",
+                    "time it with --orders 0, or remove native")
         differs = _first_difference(spec, inputs, got, expected) if got else None
         if differs:
-            refuse(f"computes other derivatives of order {k} than {spec.name}: {differs}")
+            return f"computes other derivatives of order {k} than {spec.name}: {differs}", ""
+    return None
+
+
+def _dtype_problem(spec: Spec, native_at: Callable, order: int, dtype: torch.dtype) -> tuple[str, str] | None:
+    """(what is wrong, advice) where native fails in ``dtype`` at some order up to ``order``."""
     small = make_inputs(spec, NATIVE_CHECK_SIZE, dtype)
     for k in range(order + 1):
         try:
             derivatives(native_at, small, k)
-        except Exception as exc:  # noqa: BLE001 - as above
-            refuse(f"fails {f'at derivative order {k} ' if k else ''}in {str(dtype).removeprefix('torch.')} "
-                   f"({_error_text(exc)})", f"time it with {'--orders below ' + str(k) + ' or ' if k else ''}"
-                                            "another --dtype, or remove native")
+        except Exception as exc:  # noqa: BLE001 - whatever the op raises is the message
+            failed = f"fails {f'at derivative order {k} ' if k else ''}in {str(dtype).removeprefix('torch.')}"
+            lower = f"--orders below {k} or " if k else ""
+            return f"{failed} ({_error_text(exc)})", f"time it with {lower}another --dtype, or remove native"
+    return None
 
 
 def _first_difference(spec: Spec, inputs: Inputs, got, expected) -> str | None:

@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional  # typer reads these on every supported Python and typer version
 
 import typer
 
@@ -73,9 +72,9 @@ def main(
 
 @command()
 def build(
-    specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
-    output: Optional[Path] = CONFIGURED_OUT_OPT,
-    tests_out: Optional[Path] = TESTS_OUT_OPT,
+    specs: list[Path] | None = CONFIGURED_SPECS_ARG,
+    output: Path | None = CONFIGURED_OUT_OPT,
+    tests_out: Path | None = TESTS_OUT_OPT,
     prune: bool = typer.Option(
         False, "--prune",
         help="Delete the files this output's builds wrote that it no longer writes (not those edited since).",
@@ -83,12 +82,12 @@ def build(
     no_rewrite: bool = typer.Option(
         False, "--no-rewrite", help="Print formulas as SymPy differentiates them, without the stable rewrites."
     ),
-    jobs: Optional[int] = typer.Option(
+    jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=1, metavar="N",
         help="Generate specs in this many processes (at most one per usable core and ~300 MB of available "
              "memory). Default: jobs in pyproject.toml (tool.dbgen), else 1.",
     ),
-    fuse: Optional[bool] = typer.Option(
+    fuse: bool | None = typer.Option(
         None, "--fuse/--no-fuse",
         help="Set 'fuse: true' on every spec (levels compiled into kernels). Default: fuse in pyproject.toml (tool.dbgen).",
     ),
@@ -160,16 +159,16 @@ _KEPT_LONG = {"edited": "edited by hand since dbgen wrote it",
 
 @command()
 def check(
-    specs: Optional[List[Path]] = CONFIGURED_SPECS_ARG,
-    output: Optional[Path] = CONFIGURED_OUT_OPT,
-    tests_out: Optional[Path] = TESTS_OUT_OPT,
+    specs: list[Path] | None = CONFIGURED_SPECS_ARG,
+    output: Path | None = CONFIGURED_OUT_OPT,
+    tests_out: Path | None = TESTS_OUT_OPT,
     no_rewrite: bool = typer.Option(False, "--no-rewrite", help="Compare with what 'build --no-rewrite' writes."),
     jobs: int | None = typer.Option(
         None, "--jobs", "-j", min=1, metavar="N",
         help="Generate the specs it regenerates in this many processes, as build does. Default: jobs in "
              "pyproject.toml (tool.dbgen), else 1.",
     ),
-    fuse: Optional[bool] = typer.Option(
+    fuse: bool | None = typer.Option(
         None, "--fuse/--no-fuse",
         help="Compare with what 'build --fuse' writes. Default: fuse in pyproject.toml (tool.dbgen).",
     ),
@@ -285,7 +284,7 @@ def _paths_text(paths) -> str:
 
 @command()
 def bench(
-    specs: List[Path] = SPECS_ARG,
+    specs: list[Path] = SPECS_ARG,
     size: int = typer.Option(2**20, "--size", metavar="N", help="Elements per input (each input has shape (N,))."),
     orders: str = typer.Option(
         "0,1,2,3", "--orders", metavar="ORDERS", help="Derivative orders to run: 0 = W1 forward, 1 = W2, 2 = W3, 3 = W4."
@@ -296,10 +295,10 @@ def bench(
     ),
     threads: int = typer.Option(1, "--threads", metavar="N", help="torch.set_num_threads for the run."),
     repeats: int = typer.Option(10, "--repeats", metavar="N", help="Interleaved timing repeats; the median is reported."),
-    report: Optional[Path] = typer.Option(
+    report: Path | None = typer.Option(
         None, "--report", metavar="FILE", help="Also write the markdown report (tables and command) to FILE."
     ),
-    plot: Optional[Path] = typer.Option(
+    plot: Path | None = typer.Option(
         None, "--plot", metavar="FILE", help="Also write a PNG plot to FILE (needs matplotlib)."
     ),
     dtype: str = typer.Option("float32", "--dtype", metavar="DTYPE", help="float32, float64, float16 or bfloat16."),
@@ -333,10 +332,10 @@ def bench(
 
 @command()
 def accuracy(
-    spec: List[Path] = SPECS_ARG,
+    spec: list[Path] = SPECS_ARG,
     points: int = typer.Option(256, "--points", min=8, metavar="N", help="Points sampled per spec and dtype."),
     dtypes: str = typer.Option("float64,float32", "--dtype", metavar="DTYPES", help="float64, float32 or both."),
-    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Also write a PNG of error against the input."),
+    plot: Path | None = typer.Option(None, "--plot", metavar="FILE", help="Also write a PNG of error against the input."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON instead of tables."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="The sampling seed."),
 ) -> None:
@@ -388,11 +387,11 @@ AUDIT_PARAMS_OPT = typer.Option(
 
 @command()
 def audit(
-    targets: List[str] = typer.Argument(
+    targets: list[str] = typer.Argument(
         ..., metavar="TARGET",
         help="package.module:Class, path/to/file.py:Class, a module or a .py file (every Function in it).",
     ),
-    domain: List[str] = typer.Option(
+    domain: list[str] = typer.Option(
         [], "--domain", metavar="NAME=LO,HI", help="Where an input is drawn from (default -2,2); repeat per input."
     ),
     shape: str = typer.Option("6", "--shape", metavar="N[,M...]", help="The shape of every input."),
@@ -401,12 +400,12 @@ def audit(
         help="float64 (the checks' own); float32 also checks every order in float32 against float64.",
     ),
     order: int = typer.Option(3, "--order", min=1, max=8, metavar="N", help="Check every order up to N."),
-    expr: Optional[str] = typer.Option(
+    expr: str | None = typer.Option(
         None, "--expr", metavar="EXPR", help="Compare with this formula of the inputs (the spec language)."
     ),
     params: list[str] = AUDIT_PARAMS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON (a list, one object per Function) for CI."),
-    write_spec: Optional[Path] = typer.Option(
+    write_spec: Path | None = typer.Option(
         None, "--write-spec", metavar="DIR",
         help="Write the replacing spec of each Function whose value --expr matches into DIR (also of one whose "
              "derivatives are wrong: that is what replacing it is for).",
@@ -515,7 +514,7 @@ def _print_audit(audits, options, written) -> None:
 
 @command()
 def show(
-    spec: List[Path] = typer.Argument(..., metavar="SPEC", help="Spec files."),
+    spec: list[Path] = typer.Argument(..., metavar="SPEC", help="Spec files."),
     latex: bool = typer.Option(False, "--latex", help="Write formulas in LaTeX instead of unicode text."),
     time_limit: float = TIME_LIMIT_OPT,
     size_limit: int = SIZE_LIMIT_OPT,
@@ -581,13 +580,13 @@ def new(
     expr: str = typer.Option(..., "--expr", metavar="EXPR", help="The formula, e.g. 'x * tanh(softplus(x))'; ** is power."),
     inputs: str = typer.Option(..., "--inputs", metavar="NAMES", help="The input names in call order, comma-separated: x,y."),
     order: int = typer.Option(2, "--order", metavar="N", help="Highest derivative order written out and verified (1 to 8)."),
-    params: List[str] = typer.Option([], "--params", metavar="NAME=NUMBER", help="Constants as NAME=NUMBER, comma-separated or repeated."),
-    strategy: Optional[str] = typer.Option(
+    params: list[str] = typer.Option([], "--params", metavar="NAME=NUMBER", help="Constants as NAME=NUMBER, comma-separated or repeated."),
+    strategy: str | None = typer.Option(
         None, "--strategy", metavar="STRATEGY", help="auto (the default), save_inputs, save_outputs, intermediates or nested."
     ),
     domain: list[str] = NEW_DOMAIN_OPT,
-    doc: Optional[str] = typer.Option(None, "--doc", metavar="TEXT", help="A one-line description for the docstring."),
-    output: Optional[Path] = typer.Option(
+    doc: str | None = typer.Option(None, "--doc", metavar="TEXT", help="A one-line description for the docstring."),
+    output: Path | None = typer.Option(
         None, "-o", "--output", metavar="PATH",
         help="A folder, or a .yaml path. Default: specs in pyproject.toml (tool.dbgen), else specs/.",
     ),
@@ -619,7 +618,7 @@ def new(
 
 @command()
 def schema(
-    output: Optional[Path] = typer.Option(
+    output: Path | None = typer.Option(
         None, "-o", "--output", metavar="FILE", help="Write the schema to this file instead of printing it."
     ),
 ) -> None:
@@ -813,7 +812,7 @@ def run() -> None:
         console.clear_progress()
         typer.echo("dbgen: interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence for users
+    except Exception as exc:
         console.clear_progress()
         if os.environ.get("DBGEN_DEBUG", "") not in ("", "0"):
             raise

@@ -39,7 +39,7 @@ class DerivativeError(ExprError):
         self.extern, self.index = extern, index
 
 
-class sigmoid(sympy.Function):  # noqa: N801 - printed as the user wrote it
+class sigmoid(sympy.Function):  # lowercase: printed as the user wrote it
     """sigmoid(u) = 1/(1+exp(-u)); its derivative is a polynomial in its own value."""
 
     nargs = 1
@@ -63,7 +63,7 @@ class sigmoid(sympy.Function):  # noqa: N801 - printed as the user wrote it
         return self.args[0].is_real
 
 
-class softplus(sympy.Function):  # noqa: N801 - printed as the user wrote it
+class softplus(sympy.Function):  # lowercase: printed as the user wrote it
     """softplus(u) = log(1+exp(u)); its derivative is sigmoid(u)."""
 
     nargs = 1
@@ -86,7 +86,7 @@ class softplus(sympy.Function):  # noqa: N801 - printed as the user wrote it
         return self.args[0].is_real
 
 
-class erfc(sympy.erfc):  # noqa: N801 - printed as the user wrote it
+class erfc(sympy.erfc):  # lowercase: printed as the user wrote it
     """erfc(u) with u as written. SymPy's writes erfc(-u) as 2 - erfc(u), which cancels where
     erfc(-u) is small: 0 in float64 where it is below 1e-16 (erfc(-x/sqrt(2)) for x < -8.3), so
     that log(erfc(-x/sqrt(2))/2), finite there, is -inf."""
@@ -97,7 +97,7 @@ class erfc(sympy.erfc):  # noqa: N801 - printed as the user wrote it
             return super().eval(arg)
 
 
-class log1p(cfunctions.log1p):  # noqa: N801 - printed as the user wrote it
+class log1p(cfunctions.log1p):  # lowercase: printed as the user wrote it
     """log1p(c) of a number c as written. SymPy's is log(1 + c), which the generated code computes
     as math.log(1 + c), which cancels: 1.0000889e-12 for c = 1e-12. A Float c folds by mpmath's
     log1p. c = 0 and c <= -1 stay SymPy's: 0, and log(0) or a complex log, which the parser refuses."""

@@ -14,7 +14,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__, config, limits as bounds
+from . import __version__, config
+from . import limits as bounds
 from .errors import Problem, SpecErrors
 from .provenance import header, header_source, seal, sealed_header
 from .spec import DEFAULT_LINE_LENGTH, Spec, display_path, load_spec, native_problems

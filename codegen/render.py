@@ -16,14 +16,14 @@ from pathlib import Path
 import jinja2
 import sympy
 
-from .param_values import other_param_values
-from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from . import external, special
 from .branches import boundaries
 from .formula import formula
+from .param_values import other_param_values
+from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from .printer import Copy, TorchPrinter
-from .spec import DEFAULT_DOMAIN, DEFAULT_LINE_LENGTH
 from .provenance import header
+from .spec import DEFAULT_DOMAIN, DEFAULT_LINE_LENGTH
 
 MAX_DOC_FORMULA = 300
 
@@ -130,7 +130,7 @@ class FunctionView:
     jvp_args: str
     jvp_lines: tuple[str, ...]
     jvp_return: str
-    kernels: tuple["KernelView", ...] = ()
+    kernels: tuple[KernelView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -560,7 +560,7 @@ def _fuse(view: FunctionView, fn: FunctionPlan, params) -> FunctionView:
     forward = KernelView(f"{snake}_forward", view.args, f"{fn.class_name}'s forward formulas.",
                          view.forward_lines, view.forward_return)
     kernels = [forward]
-    changes = dict(forward_lines=(), forward_return=f"{forward.name}({view.args})")
+    changes = {"forward_lines": (), "forward_return": f"{forward.name}({view.args})"}
     if fn.backward is not None:
         grads = [grad for grad, _ in fn.accumulations] or [r.name for r in fn.backward.results]
         args = [*fn.cotangents, *fn.saved, *params]

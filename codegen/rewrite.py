@@ -1473,6 +1473,22 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-__all__ = ["stabilize", "stabilize_tails", "factored", "identity", "for_differentiation", "in_ratios", "smooth_norms", "Norm", "Erfcx", "RULES", "Sech2", "Ratio", "LogCoshNear",
-           "expm1", "log1p",
-           "logaddexp", "hypot"]
+__all__ = [
+    "RULES",
+    "Erfcx",
+    "LogCoshNear",
+    "Norm",
+    "Ratio",
+    "Sech2",
+    "expm1",
+    "factored",
+    "for_differentiation",
+    "hypot",
+    "identity",
+    "in_ratios",
+    "log1p",
+    "logaddexp",
+    "smooth_norms",
+    "stabilize",
+    "stabilize_tails",
+]

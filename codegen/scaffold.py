@@ -16,7 +16,11 @@ from pathlib import Path
 
 from .errors import SpecErrors
 from .schema import SCHEMA_FILE, schema_text
-from .spec import _NUMBER_RE, display_path, load_text  # the loader's own rule for a plain number
+from .spec import (  # the loader's own rule for a plain number
+    _NUMBER_RE,
+    display_path,
+    load_text,
+)
 
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
 _PLAIN_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -158,7 +162,7 @@ def _option_hint(message: str) -> str:
     loader speaks of keys, the user typed options."""
     message = re.sub(r"set domain: \{(.*)\}$", lambda m: "give " + _domain_options(m.group(1)), message)
     for key in ("name", "expr", "inputs", "input", "order", "params", "param", "domain", "strategy", "doc"):
-        if message.startswith(key + " ") or message.startswith(key + ":"):
+        if message.startswith((key + " ", key + ":")):
             option = {"name": "NAME", "input": "--inputs", "param": "--params"}.get(key, f"--{key}")
             return f"{option}{message[len(key):]}"
     return message

@@ -77,6 +77,7 @@ import functools
 import math
 import signal
 import threading
+from typing import NamedTuple
 
 import mpmath
 import sympy
@@ -581,55 +582,12 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     """(eps in units of u, degree in u) by the rule of the module docstring, or None where the
     part cannot be evaluated at the defaults; and whether more terms of the series than the
     expansion holds could give a larger eps where the direct formula is within DIRECT_BITS."""
-    from .domain import _EXACT_FUNCTIONS, _functions
-
-    x, values = site.x, site.values
-    with mpmath.workdps(50):
-        exact_scale, exact_x0 = (mpmath.mpmathify(sympy.N(v.xreplace(values), 50)) for v in (expansion.scale, site.x0))
-    if any(isinstance(v, mpmath.mpc) or not mpmath.isfinite(v) for v in (exact_scale, exact_x0)) or exact_scale == 0:
-        return None, False
-    scale, x0 = float(exact_scale), float(exact_x0)  # u = scale * (x - x0)
-    at_defaults = part.xreplace(values)
-    derivatives = [at_defaults]
-    for _ in range(site.order + 1):
-        _tick()
-        derivatives.append(symbolic.clean(sympy.diff(derivatives[-1], x)))
-    try:
-        floats = [sympy.lambdify([x], d, modules=[_functions(), "math"]) for d in derivatives[:-1]]
-        exact = [sympy.lambdify([x], d, modules=[_EXACT_FUNCTIONS, "mpmath"]) for d in derivatives]
-    except (NameError, TypeError, AttributeError, KeyError, SyntaxError):
+    evaluators = _evaluators(part, site, expansion)
+    if evaluators is None:
         return None, False
     lo, hi = _OCTAVES
     magnitudes = sorted({*(2.0 ** (k / _PER_OCTAVE) for k in range(lo * _PER_OCTAVE, hi * _PER_OCTAVE)), *THRESHOLDS})
-    polynomial = _Derivatives(expansion, values, exact_scale, site.order)
-    direct: dict[float, float] = {}  # |u| -> the direct formula's largest excess over the orders, at u and -u
-    needed: dict[float, int | None] = {}  # |u| -> the degree the polynomial needs there (None: past MAX_DEGREE)
-    inside: dict[float, float] = {}  # |u| -> the polynomial's own excess in float64 (its terms may alternate)
-    for magnitude in magnitudes:
-        for u in (magnitude, -magnitude):
-            _tick()
-            point = x0 + u / scale
-            truths = _truths(exact, point, site.order)
-            if truths is None:  # outside the part's domain (log(x)/(x - 1) at x < 0)
-                needed[magnitude] = None
-                continue
-            worst = 0.0
-            for k, function in enumerate(floats):
-                try:
-                    got = float(function(point))
-                except (ArithmeticError, ValueError, TypeError):
-                    got = math.nan
-                worst = max(worst, _excess(got, truths[k], truths[k + 1], point))
-            direct[magnitude] = max(direct.get(magnitude, 0.0), worst)
-            if magnitude > THRESHOLDS[-1] or needed.get(magnitude, 0) is None:
-                continue
-            with mpmath.workdps(50):
-                exact_u = (mpmath.mpf(point) - exact_x0) * exact_scale  # the u of the float point, exactly
-            degree = polynomial.degree(exact_u, truths, point)
-            needed[magnitude] = None if degree is None else max(needed.get(magnitude, 0), degree)
-            if degree is not None:
-                rounded = polynomial.rounding_excess(float(exact_u), degree, truths, point)
-                inside[magnitude] = max(inside.get(magnitude, 0.0), rounded)
+    direct, needed, inside = _measured(site, expansion, evaluators, magnitudes)
 
     def beyond(eps: float) -> float:
         return max((bits for u, bits in direct.items() if u >= eps), default=0.0)
@@ -649,6 +607,80 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     enough = max(DIRECT_BITS, min(worst(eps) for eps, _ in feasible) + 0.5)
     chosen = next((eps, degree) for eps, degree in feasible if worst(eps) <= enough)
     return chosen, short and beyond(chosen[0]) > DIRECT_BITS
+
+
+class _Evaluators(NamedTuple):
+    """The part at the params' defaults: u = scale * (x - x0); its derivatives to the spec's order
+    in floats (``floats``) and, one order further (for conditioning), exactly (``exact``)."""
+
+    scale: float
+    x0: float
+    exact_scale: mpmath.mpf
+    exact_x0: mpmath.mpf
+    floats: list
+    exact: list
+
+
+def _evaluators(part: sympy.Expr, site: _Site, expansion: Expansion) -> _Evaluators | None:
+    """The part's derivatives as functions of x at the defaults, or None where they cannot be had."""
+    from .domain import _EXACT_FUNCTIONS, _functions
+
+    x, values = site.x, site.values
+    with mpmath.workdps(50):
+        exact_scale, exact_x0 = (mpmath.mpmathify(sympy.N(v.xreplace(values), 50)) for v in (expansion.scale, site.x0))
+    if any(isinstance(v, mpmath.mpc) or not mpmath.isfinite(v) for v in (exact_scale, exact_x0)) or exact_scale == 0:
+        return None
+    derivatives = [part.xreplace(values)]
+    for _ in range(site.order + 1):
+        _tick()
+        derivatives.append(symbolic.clean(sympy.diff(derivatives[-1], x)))
+    try:
+        floats = [sympy.lambdify([x], d, modules=[_functions(), "math"]) for d in derivatives[:-1]]
+        exact = [sympy.lambdify([x], d, modules=[_EXACT_FUNCTIONS, "mpmath"]) for d in derivatives]
+    except (NameError, TypeError, AttributeError, KeyError, SyntaxError):
+        return None
+    return _Evaluators(float(exact_scale), float(exact_x0), exact_scale, exact_x0, floats, exact)
+
+
+def _measured(site: _Site, expansion: Expansion, ev: _Evaluators, magnitudes: list[float]):
+    """(direct, needed, inside) by |u|: the direct formula's largest excess over the orders at u and
+    -u; the degree the polynomial needs there (None: past MAX_DEGREE, or outside the part's domain);
+    the polynomial's own excess in float64 (its terms may alternate)."""
+    polynomial = _Derivatives(expansion, site.values, ev.exact_scale, site.order)
+    direct: dict[float, float] = {}
+    needed: dict[float, int | None] = {}
+    inside: dict[float, float] = {}
+    for magnitude in magnitudes:
+        for u in (magnitude, -magnitude):
+            _tick()
+            point = ev.x0 + u / ev.scale
+            truths = _truths(ev.exact, point, site.order)
+            if truths is None:  # outside the part's domain (log(x)/(x - 1) at x < 0)
+                needed[magnitude] = None
+                continue
+            direct[magnitude] = max(direct.get(magnitude, 0.0), _direct_excess(ev.floats, truths, point))
+            if magnitude > THRESHOLDS[-1] or needed.get(magnitude, 0) is None:
+                continue
+            with mpmath.workdps(50):
+                exact_u = (mpmath.mpf(point) - ev.exact_x0) * ev.exact_scale  # the u of the float point, exactly
+            degree = polynomial.degree(exact_u, truths, point)
+            needed[magnitude] = None if degree is None else max(needed.get(magnitude, 0), degree)
+            if degree is not None:
+                rounded = polynomial.rounding_excess(float(exact_u), degree, truths, point)
+                inside[magnitude] = max(inside.get(magnitude, 0.0), rounded)
+    return direct, needed, inside
+
+
+def _direct_excess(floats: list, truths, point: float) -> float:
+    """The direct formula's largest excess over the orders at ``point``."""
+    worst = 0.0
+    for k, function in enumerate(floats):
+        try:
+            got = float(function(point))
+        except (ArithmeticError, ValueError, TypeError):
+            got = math.nan
+        worst = max(worst, _excess(got, truths[k], truths[k + 1], point))
+    return worst
 
 
 def _truths(exact, x: float, order: int) -> list[mpmath.mpf] | None:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's; annotations are not evaluated
+    from typing import Self
 
 
 class Interrupted(BaseException):
@@ -29,7 +33,7 @@ class HeldSignals:
         self.received: int | None = None
         self._previous: dict[int, object] = {}
 
-    def __enter__(self) -> HeldSignals:
+    def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             for signum in self.SIGNALS:
                 previous = signal.getsignal(signum)

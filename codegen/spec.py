@@ -520,7 +520,26 @@ class _Reader:
 
 
 def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Spec:
+    """The spec in ``root``, every key read and checked; SpecErrors with all the problems found."""
     reader = _Reader(shown)
+    values, lines, unknown_keys = _top_level(reader, root)
+    _check_key_combinations(reader, values, lines)
+    fields, outputs, names_known, externs_ok = _read_fields(reader, values, lines)
+    if check_expr or reader.problems:
+        # an unknown key may be the inputs or params misspelled: the expression's names are then unknown
+        declared = _check_externs(reader, fields["externs"], lines) if externs_ok else None
+        if declared is not None:  # else a declaration has a problem: the calls of it cannot be judged yet
+            _check_formulas(reader, fields, outputs, lines, declared, names_known and not unknown_keys)
+        if fields["native"] is not None:  # probed only where the inputs, domain and params are sound
+            _check_native(reader, lines["native"], fields["native"], fields["inputs"], fields["domain"],
+                          fields["params"], probing=not reader.problems)
+    if reader.problems:
+        raise SpecErrors(reader.problems)
+    return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
+
+
+def _top_level(reader: _Reader, root: yaml.MappingNode) -> tuple[dict[str, yaml.Node], dict[str, int], bool]:
+    """(value node by key, line by key, whether a key was unknown): the spec's top-level mapping."""
     values: dict[str, yaml.Node] = {}
     lines: dict[str, int] = {}
     unknown_keys = False
@@ -532,6 +551,11 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
             continue
         values[key] = value_node
         lines[key] = _line(key_node)
+    return values, lines, unknown_keys
+
+
+def _check_key_combinations(reader: _Reader, values: dict[str, yaml.Node], lines: dict[str, int]) -> None:
+    """The required keys are there, and no two keys contradict each other."""
     for key in REQUIRED_KEYS:
         if key not in values:
             reader.fail(1, f"missing required key '{key}'; add a line such as '{_EXAMPLES[key]}'")
@@ -548,6 +572,12 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
         reader.fail(lines["native"], "native names one torch op for a one-output spec; a vector-valued spec's "
                     "tests compare with its outputs' formulas in torch ops: remove native")
 
+
+def _read_fields(reader: _Reader, values: dict[str, yaml.Node],
+                 lines: dict[str, int]) -> tuple[dict, list, bool, bool]:
+    """(Spec's fields as read, the outputs as (name, text, line), whether the inputs and params are
+    known well enough to judge the names an expression uses, whether every extern declaration was
+    read). ``lines`` gains the outputs' and the externs' lines."""
     fields = {
         "name": _read_name(reader, values.get("name")),
         "expr": _read_expr(reader, values.get("expr")),
@@ -572,32 +602,27 @@ def _validate(root: yaml.MappingNode, shown: str, check_expr: bool = True) -> Sp
     externs = _read_externs(reader, values.get("extern"), fields["name"], inputs, params if params_ok else None)
     lines.update((key, line) for extern, extern_lines in externs for key, line in extern_lines.items())
     fields["externs"] = tuple(extern for extern, _ in externs if extern is not None)
-    externs_ok = all(extern is not None for extern, _ in externs)
     if "outputs" in values and "expr" not in values:
         fields["expr"] = ""  # a vector-valued spec: its formulas are the outputs
-    if check_expr or reader.problems:
-        # an unknown key may be the inputs or params misspelled: the expression's names are then unknown
-        names_known = inputs is not None and params_ok and not unknown_keys
-        known_inputs, known_params = (inputs, params) if names_known else (None, None)
-        declared = _check_externs(reader, fields["externs"], lines) if externs_ok else None
-        parsed = []
-        if declared is None:
-            pass  # a declaration has a problem: the expressions' calls of it cannot be judged yet
-        elif fields["expr"]:
-            parsed.append(_check_expr(reader, lines["expr"], fields["expr"], known_inputs, known_params,
+    return fields, outputs, inputs is not None and params_ok, all(extern is not None for extern, _ in externs)
+
+
+def _check_formulas(reader: _Reader, fields: dict, outputs: list, lines: dict[str, int], declared,
+                    names_known: bool) -> None:
+    """Parse the expression or each output's (``declared``: the spec's externs, their derivatives
+    parsed), and check the settings a call of an external function rules out. With ``names_known``
+    False every name is taken for a symbol, so that the expressions' other problems are still
+    reported."""
+    inputs, params = (fields["inputs"], tuple(n for n, _ in fields["params"])) if names_known else (None, None)
+    parsed = []
+    if fields["expr"]:
+        parsed.append(_check_expr(reader, lines["expr"], fields["expr"], inputs, params, externs=declared))
+    for name, text, line in outputs:
+        if text is not None:
+            others = {other for other, _, _ in outputs if other != name}
+            parsed.append(_check_expr(reader, line, text, inputs, params, f"outputs.{_shorten(name)}", others,
                                       externs=declared))
-        for name, text, line in outputs if declared is not None else ():
-            if text is not None:
-                others = {other for other, _, _ in outputs if other != name}
-                parsed.append(_check_expr(reader, line, text, known_inputs, known_params, f"outputs.{_shorten(name)}",
-                                          others, externs=declared))
-        _check_external_settings(reader, [p for p in parsed if p is not None], fields, lines)
-        if fields["native"] is not None:  # probed only where the inputs, domain and params are sound
-            _check_native(reader, lines["native"], fields["native"], fields["inputs"], fields["domain"],
-                          fields["params"], probing=not reader.problems)
-    if reader.problems:
-        raise SpecErrors(reader.problems)
-    return Spec(path=shown, lines=tuple(sorted(lines.items())), **fields)
+    _check_external_settings(reader, [p for p in parsed if p is not None], fields, lines)
 
 
 def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str = "expr", outputs=(),
@@ -608,7 +633,10 @@ def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str
     ``outputs`` are the other outputs' names (an expression cannot use them). ``externs``: the
     spec's (None where a declaration has a problem: their names are then taken for functions of
     any arity)."""
-    from .expr import ExprError, parse_expr  # SymPy: imported only when an expression is parsed
+    from .expr import (  # SymPy: imported only when an expression is parsed
+        ExprError,
+        parse_expr,
+    )
 
     try:
         return parse_expr(text, inputs, params, externs)

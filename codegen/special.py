@@ -88,7 +88,7 @@ def _at_zero(value_away, limit):
     return exact
 
 
-class bessel_j0(SpecialFunctionBase):  # noqa: N801 - named as in specs
+class bessel_j0(SpecialFunctionBase):  # lowercase: named as in specs, as are the classes below
     nargs, op = 1, "torch.special.bessel_j0"
     torch_error = 1e-6
 
@@ -101,7 +101,7 @@ class bessel_j0(SpecialFunctionBase):  # noqa: N801 - named as in specs
         return mpmath.besselj(0, x)
 
 
-class bessel_j1(SpecialFunctionBase):  # noqa: N801
+class bessel_j1(SpecialFunctionBase):
     nargs, op = 1, "torch.special.bessel_j1"
     torch_error = 1e-6
 
@@ -114,7 +114,7 @@ class bessel_j1(SpecialFunctionBase):  # noqa: N801
         return mpmath.besselj(1, x)
 
 
-class bessel_j_over_power(SpecialFunctionBase):  # noqa: N801
+class bessel_j_over_power(SpecialFunctionBase):
     """J_n(x) / x**n."""
 
     nargs, family, op = 2, True, "_bessel_j_over_power_value"
@@ -127,7 +127,7 @@ class bessel_j_over_power(SpecialFunctionBase):  # noqa: N801
                                   lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
 
 
-class bessel_y0(SpecialFunctionBase):  # noqa: N801
+class bessel_y0(SpecialFunctionBase):
     nargs, op = 1, "torch.special.bessel_y0"
     torch_error = 1e-6
 
@@ -140,7 +140,7 @@ class bessel_y0(SpecialFunctionBase):  # noqa: N801
         return mpmath.bessely(0, x)
 
 
-class bessel_y1(SpecialFunctionBase):  # noqa: N801
+class bessel_y1(SpecialFunctionBase):
     nargs, op = 1, "torch.special.bessel_y1"
     torch_error = 1e-6
 
@@ -153,7 +153,7 @@ class bessel_y1(SpecialFunctionBase):  # noqa: N801
         return mpmath.bessely(1, x)
 
 
-class i0(SpecialFunctionBase):  # noqa: N801
+class i0(SpecialFunctionBase):
     nargs, op = 1, "torch.special.i0"
 
     @staticmethod
@@ -165,7 +165,7 @@ class i0(SpecialFunctionBase):  # noqa: N801
         return mpmath.besseli(0, x)
 
 
-class i1(SpecialFunctionBase):  # noqa: N801
+class i1(SpecialFunctionBase):
     nargs, op = 1, "torch.special.i1"
 
     @staticmethod
@@ -177,7 +177,7 @@ class i1(SpecialFunctionBase):  # noqa: N801
         return mpmath.besseli(1, x)
 
 
-class bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
+class bessel_i_over_power(SpecialFunctionBase):
     """I_n(x) / x**n."""
 
     nargs, family, op = 2, True, "_bessel_i_over_power_value"
@@ -190,7 +190,7 @@ class bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
                                   lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
 
 
-class i0e(SpecialFunctionBase):  # noqa: N801
+class i0e(SpecialFunctionBase):
     nargs, op = 1, "torch.special.i0e"
 
     @staticmethod
@@ -202,7 +202,7 @@ class i0e(SpecialFunctionBase):  # noqa: N801
         return mpmath.besseli(0, x) * mpmath.exp(-abs(x))
 
 
-class i1e(SpecialFunctionBase):  # noqa: N801
+class i1e(SpecialFunctionBase):
     nargs, op = 1, "torch.special.i1e"
 
     @staticmethod
@@ -214,7 +214,7 @@ class i1e(SpecialFunctionBase):  # noqa: N801
         return mpmath.besseli(1, x) * mpmath.exp(-abs(x))
 
 
-class scaled_bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
+class scaled_bessel_i_over_power(SpecialFunctionBase):
     """exp(-|x|) I_n(x) / x**n."""
 
     nargs, family, op = 2, True, "_scaled_bessel_i_over_power_value"
@@ -227,7 +227,7 @@ class scaled_bessel_i_over_power(SpecialFunctionBase):  # noqa: N801
                                   lambda n: 1 / (mpmath.mpf(2) ** n * mpmath.factorial(n))))
 
 
-class modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
+class modified_bessel_k0(SpecialFunctionBase):
     nargs, op = 1, "torch.special.modified_bessel_k0"
 
     @staticmethod
@@ -239,7 +239,7 @@ class modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
         return mpmath.besselk(0, x)
 
 
-class modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
+class modified_bessel_k1(SpecialFunctionBase):
     nargs, op = 1, "torch.special.modified_bessel_k1"
 
     @staticmethod
@@ -251,7 +251,7 @@ class modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
         return mpmath.besselk(1, x)
 
 
-class scaled_modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
+class scaled_modified_bessel_k0(SpecialFunctionBase):
     nargs, op = 1, "torch.special.scaled_modified_bessel_k0"
 
     @staticmethod
@@ -263,7 +263,7 @@ class scaled_modified_bessel_k0(SpecialFunctionBase):  # noqa: N801
         return mpmath.besselk(0, x) * mpmath.exp(x)
 
 
-class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
+class scaled_modified_bessel_k1(SpecialFunctionBase):
     nargs, op = 1, "torch.special.scaled_modified_bessel_k1"
 
     @staticmethod
@@ -275,7 +275,7 @@ class scaled_modified_bessel_k1(SpecialFunctionBase):  # noqa: N801
         return mpmath.besselk(1, x) * mpmath.exp(x)
 
 
-class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
+class spherical_bessel_j0(SpecialFunctionBase):
     nargs, op = 1, "torch.special.spherical_bessel_j0"
     slow_exact = False  # sin(x)/x
 
@@ -288,7 +288,7 @@ class spherical_bessel_j0(SpecialFunctionBase):  # noqa: N801
         return mpmath.sinc(x)
 
 
-class spherical_j_over_power(SpecialFunctionBase):  # noqa: N801
+class spherical_j_over_power(SpecialFunctionBase):
     """j_n(x) / x**n, the spherical Bessel function over x**n."""
 
     nargs, family, op = 2, True, "_spherical_j_over_power_value"
@@ -301,7 +301,7 @@ class spherical_j_over_power(SpecialFunctionBase):  # noqa: N801
                                   lambda n: 1 / mpmath.fac2(2 * n + 1)))
 
 
-class sinc(SpecialFunctionBase):  # noqa: N801
+class sinc(SpecialFunctionBase):
     """torch.sinc: sin(pi x)/(pi x), 1 at 0."""
 
     nargs, op = 1, "torch.sinc"
@@ -316,7 +316,7 @@ class sinc(SpecialFunctionBase):  # noqa: N801
         return mpmath.sincpi(x)
 
 
-class xlogy(sympy.Function):  # noqa: N801
+class xlogy(sympy.Function):
     """torch.xlogy: x*log(y), 0 where x == 0 (also where y is 0 or NaN)."""
 
     nargs = 2

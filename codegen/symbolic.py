@@ -213,7 +213,7 @@ def partial_derivatives(expr: sympy.Expr, inputs: tuple[sympy.Symbol, ...], orde
     return shown, total - len(shown)
 
 
-class expm1(cfunctions.expm1):  # noqa: N801 - printed as torch.expm1, by the printers' _print_expm1
+class expm1(cfunctions.expm1):
     """exp(u) - 1 whose derivative is expm1(u) + 1, not exp(u): differentiated again, the
     difference of two of them stays a difference of expm1s (exact near 0) instead of exp(u) - exp(-u)."""
 
@@ -321,7 +321,7 @@ class SumTerm:
     factors: tuple[sympy.Expr, ...]
 
     @classmethod
-    def of(cls, term: sympy.Expr, is_tensor) -> "SumTerm":
+    def of(cls, term: sympy.Expr, is_tensor) -> SumTerm:
         parts = sympy.Mul.make_args(term)
         return cls(term, sympy.Mul(*(p for p in parts if not is_tensor(p))), tuple(p for p in parts if is_tensor(p)))
 

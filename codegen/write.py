@@ -44,6 +44,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .errors import Problem, SpecErrors
@@ -68,6 +69,9 @@ try:
     import fcntl
 except ImportError:  # not POSIX (Windows): the lock is a file created exclusively
     fcntl = None
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's; annotations are not evaluated
+    from typing import Self
 
 
 def shown(out: str, rel: str) -> str:
@@ -157,7 +161,7 @@ class OutputLock:
             path.unlink(missing_ok=True)
         _remove_empty(self._created)
 
-    def __enter__(self) -> OutputLock:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
-
 import build_cache
+import pytest
 from helpers import build_spec
+from hypothesis import HealthCheck, settings
 
 # Hypothesis profiles for the property and fuzz tests. `ci` (the default) is derandomized, so every
 # run tries the same examples, and small; `quick` (what `make test` sets) is `ci` at a tenth of the

@@ -33,7 +33,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKED_BLOCK = re.compile(
     r"^<!-- docs-test: (?P<action>run|expect)(?: (?P<argument>\S+))? -->\n"
     r"```(?P<language>\w+)\n(?P<text>.*?)^```$",
-    re.S | re.M,
+    re.DOTALL | re.MULTILINE,
 )
 TIMEOUT_S = 600
 
@@ -90,7 +90,7 @@ def check_expected(example: Example, project: Path) -> None:
 
 
 def imported_specs(code: str) -> list[str]:
-    return [name.strip() for names in re.findall(r"^from generated import (.+)$", code, re.M)
+    return [name.strip() for names in re.findall(r"^from generated import (.+)$", code, re.MULTILINE)
             for name in names.split(",")]
 
 
@@ -139,6 +139,6 @@ def run_python(example: Example, project: Path) -> str:
     """Run the block in a fresh interpreter in ``project`` (where ``generated`` is the project's)."""
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", example.text], cwd=project, capture_output=True, text=True,
-                          env=environment, timeout=TIMEOUT_S)
+                          env=environment, timeout=TIMEOUT_S, check=False)
     assert done.returncode == 0, f"{example.id} failed:\n{done.stdout}{done.stderr}"
     return done.stdout

@@ -387,8 +387,8 @@ def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
 # (1 - x)**3 there, and outside a choice it is not split at the root (series.py's _at_roots): 10
 # bits of the value lost at x = 0.986, every strategy alike (acos(1 - x), the example before, is
 # now 2*atan2(sqrt(x), sqrt(2 - x)): rewrite.py's acos_complement)
-LOSES_AT_ORDER_0 = dict(name="envelope", expr="1 - (p + 1)*(p + 2)/2 * x**p + p*(p + 2) * x**(p + 1) - p*(p + 1)/2 * x**(p + 2)",
-                        inputs=["x"], params={"p": 6}, order=1, domain={"x": [0.5, 1]})
+LOSES_AT_ORDER_0 = {"name": "envelope", "expr": "1 - (p + 1)*(p + 2)/2 * x**p + p*(p + 2) * x**(p + 1) - p*(p + 1)/2 * x**(p + 2)",
+                        "inputs": ["x"], "params": {"p": 6}, "order": 1, "domain": {"x": [0.5, 1]}}
 
 
 def test_auto_takes_the_cheapest_where_no_candidate_is_within_the_accuracy_bound(tmp_path):

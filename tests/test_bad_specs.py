@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_dbgen
 
 from codegen import pipeline
 from codegen.errors import SpecErrors
 from codegen.spec import load_spec
-from helpers import run_dbgen
 
 REPO = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 60
@@ -261,8 +261,8 @@ CORPUS = [
     bad("native_class", spec("native_class", native="torch.nn.Mish"),
         (5, "native: torch.nn.Mish is a class, not a function; name the function form, e.g. torch.nn.functional.mish")),
     bad("native_in_place", spec("native_in_place", native="torch.exp_"),
-        (5, "native: torch.exp_ works in place (it overwrites its input, which the tests and bench reuse, and "
-            "autograd refuses on a leaf); name the out-of-place op, torch.exp")),
+        (5, ("native: torch.exp_ works in place (it overwrites its input, which the tests and bench reuse, and "
+            "autograd refuses on a leaf); name the out-of-place op, torch.exp"))),
     bad("native_in_place_alone", spec("native_in_place_alone", native="torch.nn.init.zeros_"),
         (5, "native: torch.nn.init.zeros_ works in place")),
     bad("native_not_callable", spec("native_not_callable", native="torch.float32"),
@@ -281,8 +281,8 @@ CORPUS = [
     bad("native_arity", spec("native_arity", expr="x * y", inputs="[x, y]", native="torch.exp"),
         (5, "native: torch.exp fails on float64 tensors of the spec's inputs: exp() takes 1 positional argument")),
     bad("native_params", spec("native_params", expr="a * x", params="{a: 2}", native="torch.nn.functional.elu"),
-        (6, "native: torch.nn.functional.elu fails on float64 tensors of the spec's inputs and params: "
-            "elu() got an unexpected keyword argument 'a'")),
+        (6, ("native: torch.nn.functional.elu fails on float64 tensors of the spec's inputs and params: "
+            "elu() got an unexpected keyword argument 'a'"))),
     bad("native_typo_with_other_problems", spec("native_typo_with_other_problems", order="0", native="torch.sinhh"),
         (4, "order must be a whole number"), (5, "did you mean torch.sinh?")),
     bad("fuse_string", spec("fuse_string", fuse='"true"'), (5, "fuse must be true or false (unquoted), not 'true'")),
@@ -418,8 +418,8 @@ CORPUS = [
     expr("scipy_arity", "kv(x)", "expr: kv() takes 2 arguments, got 1; write kv(nu, x)"),
     expr("scipy_expn_param_order", "expn(1.5, x)", "expn()'s first argument must be a whole number"),
     bad("scipy_with_save_inputs", spec("scipy_with_save_inputs", expr="jv(2, x)", strategy="save_inputs"),
-        (5, "strategy: save_inputs cannot be used with jv: it is computed outside autograd (SciPy or an extern's "
-            "implementation), so its derivatives must be nested levels")),
+        (5, ("strategy: save_inputs cannot be used with jv: it is computed outside autograd (SciPy or an extern's "
+            "implementation), so its derivatives must be nested levels"))),
     bad("scipy_with_fuse", spec("scipy_with_fuse", expr="expi(x)", fuse="true"),
         (5, "fuse: true cannot compile expi: torch.compile cannot trace")),
     bad("scipy_param_named_like_the_function", spec("scipy_param_named_like_the_function", expr="x * zeta(2, x)",
@@ -450,13 +450,13 @@ CORPUS = [
     bad("extern_derivative_not_closed", spec("extern_derivative_not_closed", expr="g(2, x)",
                                              extern="\n  g:\n    impl: m:g\n    args: [k, u]\n    derivatives:"
                                                     "\n      - null\n      - g(u, u)"),
-        (11, "extern.g.derivatives[1]: g()'s argument k must be a number or a param, not u, which depends on u "
-             "(its derivative in extern.g.derivatives is null)")),
+        (11, ("extern.g.derivatives[1]: g()'s argument k must be a number or a param, not u, which depends on u "
+             "(its derivative in extern.g.derivatives is null)"))),
     bad("extern_input_where_derivative_is_null", spec("extern_input_where_derivative_is_null", expr="g(x, x)",
                                                       extern="\n  g: {impl: 'm:g', args: [k, u], "
                                                              "derivatives: [null, 'g(k + 1, u)']}"),
-        (2, "expr: g()'s argument k must be a number or a param, not x, which depends on x (its derivative in "
-            "extern.g.derivatives is null)")),
+        (2, ("expr: g()'s argument k must be a number or a param, not x, which depends on x (its derivative in "
+            "extern.g.derivatives is null)"))),
     bad("extern_with_save_outputs", spec("extern_with_save_outputs", expr="g(x)", strategy="save_outputs",
                                          extern="\n  g: {impl: 'm:g', args: [u], derivatives: ['g(u)']}"),
         (5, "strategy: save_outputs cannot be used with g")),

@@ -12,8 +12,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import __main__ as suite  # noqa: E402
-from benchmarks import functions, measure, workloads  # noqa: E402
+from benchmarks import __main__ as suite
+from benchmarks import functions, measure, workloads
 
 
 @pytest.fixture(scope="module")

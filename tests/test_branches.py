@@ -9,12 +9,13 @@ evaluated there (``pointwise``).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_chains_close, derivative_chain, strategy_matrix
 
 from codegen.expr import ExprError, parse_expr
-from helpers import assert_chains_close, derivative_chain, strategy_matrix
 
 STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested", "auto"]
 T = torch
@@ -34,50 +35,50 @@ def pointwise(fn):
 # name -> (spec, pointwise reference on 0-d tensors, points per input)
 CASES = {
     # e3nn's soft_unit_step: exp(-1/x) overflows for small negative x; x = 0 exactly too
-    "soft_unit_step": (dict(expr="where(x > 0, exp(-1/x), 0)", inputs=["x"], order=3),
+    "soft_unit_step": ({"expr": "where(x > 0, exp(-1/x), 0)", "inputs": ["x"], "order": 3},
                        lambda x: T.exp(-1 / x) if x > 0 else 0.0 * x,
                        [[-1000.0, -2.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 2.0, 50.0]]),
     # pytorch/pytorch#52248's reproduction: gradient 1 at a = 100 (and 1000: exp overflows)
-    "exp_or_line": (dict(expr="where(a <= 0, exp(a), 1 + a)", inputs=["a"], order=3),
+    "exp_or_line": ({"expr": "where(a <= 0, exp(a), 1 + a)", "inputs": ["a"], "order": 3},
                     lambda a: T.exp(a) if a <= 0 else 1 + a,
                     [[-3.0, -0.5, 0.0, 0.5, 100.0, 1000.0]]),
     # sqrt of a negative number in the untaken branch: gradient 1 at x < 0
-    "sqrt_or_line": (dict(expr="where(x > 0, sqrt(x), x)", inputs=["x"], order=3, domain={"x": [-2, 2]}),
+    "sqrt_or_line": ({"expr": "where(x > 0, sqrt(x), x)", "inputs": ["x"], "order": 3, "domain": {"x": [-2, 2]}},
                      lambda x: T.sqrt(x) if x > 0 else x,
                      [[-5.0, -1.0, -1e-6, 0.0, 1e-3, 1.0, 4.0]]),
     # the branch inside another function: its square appears at order 3 (0/0 = NaN until Masked
     # was commutative and SymPy cancelled M**2 / M)
-    "soft_step_in_sin": (dict(expr="sin(where(x > 0.5, exp(-1/(x - 0.5)), 0))", inputs=["x"], order=3),
+    "soft_step_in_sin": ({"expr": "sin(where(x > 0.5, exp(-1/(x - 0.5)), 0))", "inputs": ["x"], "order": 3},
                          lambda x: T.sin(T.exp(-1 / (x - 0.5))) if x > 0.5 else 0.0 * x,
                          [[-1.0, 0.0, 0.5, 0.6, 1.0, 2.0]]),
-    "log_or_zero": (dict(expr="where(x > 0, log(x), 0)", inputs=["x"], order=3),
+    "log_or_zero": ({"expr": "where(x > 0, log(x), 0)", "inputs": ["x"], "order": 3},
                     lambda x: T.log(x) if x > 0 else 0.0 * x,
                     [[-3.0, -1.0, 0.0, 0.25, 1.0, 3.0]]),
     # NequIP/MACE's polynomial envelope times an indicator (p = 6), and a cosine cutoff at rc
-    "poly_cutoff": (dict(expr="(1 - 28*x**6 + 48*x**7 - 21*x**8) * (x < 1)", inputs=["x"], order=3,
-                         domain={"x": [0, 1.5]}),
+    "poly_cutoff": ({"expr": "(1 - 28*x**6 + 48*x**7 - 21*x**8) * (x < 1)", "inputs": ["x"], "order": 3,
+                         "domain": {"x": [0, 1.5]}},
                     lambda x: 1 - 28 * x**6 + 48 * x**7 - 21 * x**8 if x < 1 else 0.0 * x,
                     [[0.0, 0.3, 0.99, 1.0, 1.01, 1.4]]),
-    "cosine_cutoff": (dict(expr="where(r < rc, (cos(pi*r/rc) + 1)/2, 0)", inputs=["r"], params={"rc": 1.5},
-                           order=3, domain={"r": [0, 3]}),
+    "cosine_cutoff": ({"expr": "where(r < rc, (cos(pi*r/rc) + 1)/2, 0)", "inputs": ["r"], "params": {"rc": 1.5},
+                           "order": 3, "domain": {"r": [0, 3]}},
                       lambda r, rc=1.5: (T.cos(math.pi * r / rc) + 1) / 2 if r < rc else 0.0 * r,
                       [[0.0, 0.7, 1.5, 2.0, 3.0]]),
     # two inputs, a chained comparison and 'and', a guarded division removable singularity
-    "two_inputs": (dict(expr="where(0 < x < 1 and y > 0, log(x)*y, x*y) + sin(w*x)/where(x == 0, 1, x)",
-                        inputs=["x", "y"], params={"w": 1.5}, order=3),
+    "two_inputs": ({"expr": "where(0 < x < 1 and y > 0, log(x)*y, x*y) + sin(w*x)/where(x == 0, 1, x)",
+                        "inputs": ["x", "y"], "params": {"w": 1.5}, "order": 3},
                    lambda x, y, w=1.5: ((T.log(x) * y if (0 < x < 1 and y > 0) else x * y)
                                         + (T.sin(w * x) / (1 if x == 0 else x))),
                    [[-1.0, 0.0, 0.5, 0.5, 1.5], [0.5, -1.0, 2.0, -0.5, 1.0]]),
     # a choice on a param alone (beta = 0 takes the other branch, which is then never evaluated)
-    "param_choice": (dict(expr="where(beta != 0, log1p(exp(beta*x))/beta, x)", inputs=["x"], params={"beta": 2.0},
-                          order=3),
+    "param_choice": ({"expr": "where(beta != 0, log1p(exp(beta*x))/beta, x)", "inputs": ["x"], "params": {"beta": 2.0},
+                          "order": 3},
                      lambda x, beta=2.0: T.log1p(T.exp(beta * x)) / beta if beta != 0 else x,
                      [[-2.0, 0.0, 1.5]]),
-    "elu": (dict(expr="where(x > 0, x, alpha*(exp(x) - 1))", inputs=["x"], params={"alpha": 1.0}, order=3),
+    "elu": ({"expr": "where(x > 0, x, alpha*(exp(x) - 1))", "inputs": ["x"], "params": {"alpha": 1.0}, "order": 3},
             lambda x, alpha=1.0: x if x > 0 else alpha * (T.exp(x) - 1),
             [[-3.0, -0.5, 0.0, 0.5, 3.0]]),
-    "huber": (dict(expr="where(abs(x) <= delta, x**2/2, delta*(abs(x) - delta/2))", inputs=["x"],
-                   params={"delta": 1.0}, order=3),
+    "huber": ({"expr": "where(abs(x) <= delta, x**2/2, delta*(abs(x) - delta/2))", "inputs": ["x"],
+                   "params": {"delta": 1.0}, "order": 3},
               lambda x, delta=1.0: x**2 / 2 if abs(x) <= delta else delta * (abs(x) - delta / 2),
               [[-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0]]),
 }
@@ -104,7 +105,7 @@ def test_every_order_matches_the_branch_taken_and_is_finite(build, name, strateg
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name", ["soft_unit_step", "exp_or_line", "sqrt_or_line", "log_or_zero"])
 def test_no_nan_from_an_untaken_branch_in_either_float_type(build, name, dtype):
-    spec, reference, points = CASES[name]
+    spec, _reference, points = CASES[name]
     module = build(name=name, strategy="auto", **spec)
     inputs = _points(points, dtype)
     chain = derivative_chain(getattr(module, name), inputs, spec["order"], seed=5)
@@ -138,7 +139,7 @@ def test_ties_and_boundaries_follow_the_native_op(build, expr, strategy):
     y = torch.tensor([-2.0, 0.0, -0.5, 0.0, 0.5, 1.0, -0.5, 1.0], dtype=torch.float64, requires_grad=True)
     native = NATIVE[expr]
     if expr.startswith("min(x, 0.5)"):
-        native = lambda a, b: torch.minimum(a, torch.full_like(a, 0.5)) + torch.maximum(b, torch.full_like(b, -0.5))  # noqa: E731
+        native = lambda a, b: torch.minimum(a, torch.full_like(a, 0.5)) + torch.maximum(b, torch.full_like(b, -0.5))
     for seed in (0, 1):
         actual = derivative_chain(module.tie, [x, y], 2, seed=seed)
         expected = derivative_chain(native, [x, y], 2, seed=seed)
@@ -146,7 +147,7 @@ def test_ties_and_boundaries_follow_the_native_op(build, expr, strategy):
 
 
 def test_the_language_reads_conditions_and_indicators():
-    x, y = (pytest.importorskip("sympy").Symbol(n, real=True) for n in "xy")
+    x, _y = (pytest.importorskip("sympy").Symbol(n, real=True) for n in "xy")
     assert str(parse_expr("x*(x < 1)", ("x",), ())) == "Piecewise((x, x < 1), (0, True))"
     assert str(parse_expr("x > 0", ("x",), ())) == "Piecewise((1, x > 0), (0, True))"
     chained = parse_expr("0 < x < 1", ("x",), ())
@@ -173,8 +174,9 @@ def test_misuse_is_an_error_that_says_what_to_write(text, message):
 
 
 def test_a_branch_with_no_finite_point_is_refused_on_the_expr_line(tmp_path):
-    from codegen.errors import SpecErrors
     from helpers import build_spec
+
+    from codegen.errors import SpecErrors
 
     with pytest.raises(SpecErrors) as raised:
         build_spec(tmp_path, name="never", expr="where(x > 0, log(-x**2 - 1), x)", inputs=["x"], order=1)
@@ -299,7 +301,7 @@ def test_a_safe_point_near_a_param_bound_follows_the_param(build):
     rc = 1 the number 1.0 (safe at the default rc = 2) would be the singular point itself."""
     module = build(name="bump", expr="where(r < rc, exp(-1/(rc - r)), 0)", inputs=["r"], params={"rc": 2.0},
                    order=3, domain={"r": [0, 3]})
-    source = module.__file__ and open(module.__file__).read()
+    source = Path(module.__file__).read_text()
     assert "torch.where(r_lt_rc, r, rc - 1)" in source
     r = torch.tensor([0.2, 0.9, 1.0, 1.5, 3.0], dtype=torch.float64, requires_grad=True)
     for rc in (1.0, 2.0, 0.5):
@@ -317,7 +319,7 @@ def test_a_bound_that_rounds_to_a_finite_point_is_not_taken_for_a_safe_point(bui
     (which gave NaN from r = rc on in a force-matching loop)."""
     module = build(name="bump", expr="where(r < rc, exp(-1/(1 - (r/rc)**2)), 0)", inputs=["r"], params={"rc": 3.0},
                    order=2, domain={"r": [0, 4]})
-    assert "torch.clamp" not in open(module.__file__).read()
+    assert "torch.clamp" not in Path(module.__file__).read_text()
     for dtype in (torch.float64, torch.float32):
         r = _points([[0.5, 2.9, 3.0, 3.5, 10.0]], dtype)
         chain = derivative_chain(module.bump, r, 3, seed=2)

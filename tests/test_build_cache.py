@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import build_cache
 import pytest
 
-import build_cache
 from codegen import limits, pipeline
 from codegen.errors import SpecErrors
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-
 from helpers import assert_chains_close, build_spec, derivative_chain, sample
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,11 +26,11 @@ BUILDS = [*STRATEGIES, "fuse"]
 F64 = torch.float64
 
 # the trainable versions of two examples, as the TypeError tells a user to write them
-SOFTPLUS_TRAINABLE = dict(name="softplus_trainable", expr="log(1 + exp(beta * x)) / beta", inputs=["x", "beta"],
-                          order=3, domain={"beta": [0.5, 2.0]})
-LENNARD_JONES_TRAINABLE = dict(name="lennard_jones_trainable", expr="4 * epsilon * ((sigma / r)**12 - (sigma / r)**6)",
-                               inputs=["r", "epsilon", "sigma"], order=3,
-                               domain={"r": [0.9, 2.5], "epsilon": [0.5, 2.0], "sigma": [0.8, 1.2]})
+SOFTPLUS_TRAINABLE = {"name": "softplus_trainable", "expr": "log(1 + exp(beta * x)) / beta", "inputs": ["x", "beta"],
+                          "order": 3, "domain": {"beta": [0.5, 2.0]}}
+LENNARD_JONES_TRAINABLE = {"name": "lennard_jones_trainable", "expr": "4 * epsilon * ((sigma / r)**12 - (sigma / r)**6)",
+                               "inputs": ["r", "epsilon", "sigma"], "order": 3,
+                               "domain": {"r": [0.9, 2.5], "epsilon": [0.5, 2.0], "sigma": [0.8, 1.2]}}
 
 
 def _example(name: str) -> dict:
@@ -217,10 +216,10 @@ def test_a_number_beside_a_tensor_is_a_constant_of_the_tensors_dtype(build, buil
     y = sample((3, 4), -2, 2, seed=0)
     x = sample((4,), 0.5, 2, seed=1)
     for number in (2.0, 2, -0.75):
-        expected = derivative_chain(lambda y: torch.atan2(y, torch.tensor(float(number), dtype=F64)), [y], 2, seed=2)
-        assert_chains_close(derivative_chain(lambda y: fn(y, number), [y], 2, seed=2), expected)
-        expected = derivative_chain(lambda x: torch.atan2(torch.tensor(float(number), dtype=F64), x), [x], 2, seed=2)
-        assert_chains_close(derivative_chain(lambda x: fn(number, x), [x], 2, seed=2), expected)
+        expected = derivative_chain(lambda y, number=number: torch.atan2(y, torch.tensor(float(number), dtype=F64)), [y], 2, seed=2)
+        assert_chains_close(derivative_chain(lambda y, number=number: fn(y, number), [y], 2, seed=2), expected)
+        expected = derivative_chain(lambda x, number=number: torch.atan2(torch.tensor(float(number), dtype=F64), x), [x], 2, seed=2)
+        assert_chains_close(derivative_chain(lambda x, number=number: fn(number, x), [x], 2, seed=2), expected)
     y32 = y.detach().float().requires_grad_()
     out = fn(y32, 2.0)
     assert out.dtype == torch.float32 and out.shape == y32.shape
@@ -303,8 +302,8 @@ def test_a_float_number_beside_integer_tensors_is_not_truncated(built):
 def test_arguments_named_like_the_builtins_the_checks_use(strategy, built):
     """Inputs named isinstance and type, a param named float: they shadow the builtins the fast-path
     guards read, and the checks still refuse a tensor param and wrap a number input."""
-    spec = dict(name="shadowing", expr="float * isinstance * exp(type)", inputs=["isinstance", "type"],
-                params={"float": 1.5}, order=2)
+    spec = {"name": "shadowing", "expr": "float * isinstance * exp(type)", "inputs": ["isinstance", "type"],
+                "params": {"float": 1.5}, "order": 2}
     fn = built(spec, strategy)
     a, b = _inputs(spec, shapes=((3, 4), (4,)))
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import run_dbgen
 
 import codegen
 from codegen import provenance
 from codegen.write import MANIFEST_NAME as MANIFEST
-from helpers import run_dbgen
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"
@@ -41,14 +41,14 @@ def dbgen(*args: str, cwd: Path, env: dict | None = None, umask: int | None = No
         result = run_dbgen(args, cwd, _env(env), timeout=120)
     else:
         result = subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=_env(env), capture_output=True,
-                                text=True, timeout=120, preexec_fn=lambda: os.umask(umask))
+                                text=True, timeout=120, preexec_fn=lambda: os.umask(umask), check=False)
     if result.returncode != 0:
         assert "Traceback" not in result.stderr + result.stdout, result.stderr
     return result
 
 
 def python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120, check=False)
 
 
 def _env(extra: dict | None = None) -> dict:
@@ -512,7 +512,7 @@ def test_internal_error_has_no_traceback(tmp_path, debug):
         "codegen.cli.run()\n"
     )
     env = _env({"DBGEN_DEBUG": debug} if debug is not None else None)
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 3
     assert "Traceback" not in result.stderr
     assert "internal error" in result.stderr and "simulated bug" in result.stderr
@@ -530,8 +530,7 @@ def test_generated_tests_pass(work):
         env=_env(),
         capture_output=True,
         text=True,
-        timeout=300,
-    )
+        timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b\d+ passed\b", result.stdout) and " failed" not in result.stdout
 
@@ -595,7 +594,7 @@ def test_an_unchanged_check_regenerates_nothing(specs_only):
         "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
         "assert 'sympy' not in sys.modules, 'an unchanged check imported SymPy'\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "up to date, skipped" in result.stderr + result.stdout and "generated in" not in result.stderr + result.stdout
     spec = specs_only / "specs" / "square.yaml"
@@ -613,7 +612,7 @@ def test_an_unchanged_rebuild_reads_everything_back_without_importing_sympy(spec
         "try:\n    run()\nexcept SystemExit as exit:\n    assert exit.code in (0, None), exit.code\n"
         "assert 'sympy' not in sys.modules, 'an unchanged rebuild imported SymPy'\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=specs_only, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "(0 file(s) written)" in result.stdout
 

@@ -73,8 +73,8 @@ def test_quiet_still_reports_spec_errors(project):
 def test_verbose_build_tells_each_spec_and_file(project):
     result = invoke("build", "specs", "-v")
     assert result.exit_code == 0, result.stderr
-    assert re.search(r"^specs/exp.yaml: generated in \d+\.\d\d s$", result.stderr, re.M), result.stderr
-    assert re.search(r"^specs/square.yaml: generated in \d+\.\d\d s$", result.stderr, re.M)
+    assert re.search(r"^specs/exp.yaml: generated in \d+\.\d\d s$", result.stderr, re.MULTILINE), result.stderr
+    assert re.search(r"^specs/square.yaml: generated in \d+\.\d\d s$", result.stderr, re.MULTILINE)
     assert "generated/square.py: written" in result.stderr
     assert "dbgen: 2 spec(s) -> generated/ (8 file(s) written)" in result.stdout  # 2 modules, 2 tests, 4 shared files
     again = invoke("build", "specs", "--verbose")
@@ -262,7 +262,7 @@ def test_help_metavars_and_placeholders(command):
     for shown in HELP_SHOWS[command]:
         assert shown in text, (shown, text)
     for flag in FLAGS.get(command, ()):
-        assert re.search(rf"^  {re.escape(flag)}  ", text, re.M), (flag, text)  # no metavar after a flag
+        assert re.search(rf"^  {re.escape(flag)}  ", text, re.MULTILINE), (flag, text)  # no metavar after a flag
     assert not re.search(r"<\w[\w \[\]]*>", text), text  # '<bool>', '<path>', '<int range>', '<list[Path]>'
     assert "{" not in text.splitlines()[0] and "╭" not in text  # no '{spec}' placeholder, no box
 
@@ -271,4 +271,4 @@ def test_top_level_help_has_no_types():
     result = invoke("--help")
     assert result.exit_code == 0
     assert result.stdout.startswith("Usage: dbgen [OPTIONS] COMMAND [ARGS]...")
-    assert re.search(r"^  --version  +Print the version", result.stdout, re.M) and "<bool>" not in result.stdout
+    assert re.search(r"^  --version  +Print the version", result.stdout, re.MULTILINE) and "<bool>" not in result.stdout

@@ -158,8 +158,9 @@ def test_a_spec_with_no_finite_derivative_is_refused_before_auto_runs_its_candid
     """0**x has the derivative 0**x*log(0), NaN everywhere: the memory bound ran the candidates'
     code on the domain before the domain check and stopped with an internal error (a float NaN
     returned as a gradient). The fuzz test found it; now the domain line says what is wrong."""
-    from codegen.errors import SpecErrors
     from helpers import build_spec
+
+    from codegen.errors import SpecErrors
 
     with pytest.raises(SpecErrors) as raised:
         build_spec(tmp_path, name="zp", expr="0 ** x", inputs=["x"], order=2)

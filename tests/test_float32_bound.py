@@ -11,23 +11,23 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
+from helpers import build_spec, import_path
 
 from codegen import pipeline, write
 from codegen.spec import load_spec
-from helpers import build_spec, import_path
 
 GELU_TANH = "0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))"
 # Specs whose float32 derivatives lose accuracy to the formula itself, at the ends of their domain
 HARD_IN_FLOAT32 = {
     # the issue's: 4.5e-4 relative error at order 3 at x = +-4, the same as autograd's
-    "gelu_tanh_wide": dict(expr=GELU_TANH, order=3, domain={"x": [-4, 4]}),
+    "gelu_tanh_wide": {"expr": GELU_TANH, "order": 3, "domain": {"x": [-4, 4]}},
     # cancellation: 1 - cos(x) near 0 loses digits before the division
-    "one_minus_cos": dict(expr="(1 - cos(x)) / x**2", order=2, domain={"x": [1e-2, 1]}),
+    "one_minus_cos": {"expr": "(1 - cos(x)) / x**2", "order": 2, "domain": {"x": [1e-2, 1]}},
     # saturation: 1 - tanh(x)**2 inside autograd's derivatives of log(cosh(x))
-    "log_cosh_far": dict(expr="log(cosh(x))", order=4, domain={"x": [-20, 20]}),
-    "sigmoid_saturated": dict(expr="x**3 * sigmoid(x)", order=3, domain={"x": [-12, 12]}),
-    "lennard_jones_wide": dict(expr="4 * epsilon * ((sigma / r)**12 - (sigma / r)**6)", inputs=["r"],
-                               params={"epsilon": 1.0, "sigma": 1.0}, order=4, domain={"r": [0.3, 12.0]}),
+    "log_cosh_far": {"expr": "log(cosh(x))", "order": 4, "domain": {"x": [-20, 20]}},
+    "sigmoid_saturated": {"expr": "x**3 * sigmoid(x)", "order": 3, "domain": {"x": [-12, 12]}},
+    "lennard_jones_wide": {"expr": "4 * epsilon * ((sigma / r)**12 - (sigma / r)**6)", "inputs": ["r"],
+                               "params": {"epsilon": 1.0, "sigma": 1.0}, "order": 4, "domain": {"r": [0.3, 12.0]}},
 }
 
 
@@ -70,7 +70,7 @@ def _spoiled(function, relative):
 @pytest.mark.parametrize("name", ["silu", "gelu_tanh_wide"])
 def test_float32_test_fails_where_the_generated_code_is_worse_than_plain_torch(tmp_path, monkeypatch, name):
     """A uniform 1e-3 relative error: far above plain torch's float32 error at most points."""
-    spec = HARD_IN_FLOAT32.get(name, dict(expr="x * sigmoid(x)", order=3))
+    spec = HARD_IN_FLOAT32.get(name, {"expr": "x * sigmoid(x)", "order": 3})
     tests = _generated_tests(tmp_path, name, **spec)
     monkeypatch.setattr(tests.generated, name, _spoiled(getattr(tests.generated, name), 1e-3))
     with pytest.raises(AssertionError, match="autograd through the composed expression in float32 gets"):

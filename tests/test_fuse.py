@@ -6,11 +6,10 @@ import warnings
 
 import pytest
 import torch
-
 from helpers import derivative_chain, import_path, sample
 
 pytestmark = pytest.mark.compile
-SPEC = dict(name="mish_fused", expr="x*tanh(softplus(x))", inputs=["x"], order=2, fuse=True)
+SPEC = {"name": "mish_fused", "expr": "x*tanh(softplus(x))", "inputs": ["x"], "order": 2, "fuse": True}
 
 
 @pytest.fixture(params=["nested", "intermediates"])
@@ -30,7 +29,7 @@ def test_every_level_is_a_fused_kernel(fused):
 
 
 def test_fused_kernels_compile_and_match_eager(fused):
-    module, tests = fused
+    _module, tests = fused
     torch._dynamo.utils.counters.clear()
     tests.test_fused_levels_give_eager_numbers_in_float32()
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
@@ -80,8 +79,8 @@ def test_a_param_bound_of_a_guard_is_not_specialized_by_the_compiler(tmp_path):
     for dtype in (torch.float64, torch.float32):
         r = torch.linspace(0.1, 5.9, 12, dtype=dtype, requires_grad=True)
         for rc in (2.0, 5.0):
-            expected = derivative_chain(lambda r: torch.where(r < rc, (1 - r / rc) ** 2 * torch.exp(r), 0.0), [r],
+            expected = derivative_chain(lambda r, rc=rc: torch.where(r < rc, (1 - r / rc) ** 2 * torch.exp(r), 0.0), [r],
                                         2, seed=4)
-            actual = derivative_chain(lambda r: module.cut(r, rc=rc), [r], 2, seed=4)
+            actual = derivative_chain(lambda r, rc=rc: module.cut(r, rc=rc), [r], 2, seed=4)
             for a, e in zip([actual[0], *actual[1], *actual[2]], [expected[0], *expected[1], *expected[2]]):
                 torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)

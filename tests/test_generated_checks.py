@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import import_path
 
 from codegen import pipeline, provenance, write
-from helpers import import_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "_dbgen_checks.py"

@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import (
+    HEAVY_EXAMPLES,
+    calls_externals,
+    derivative_chain,
+    import_path,
+    sample,
+    strategy_matrix,
+)
 from torch.autograd.function import FunctionCtx
 
 from codegen import pipeline, write
-from helpers import HEAVY_EXAMPLES, calls_externals, derivative_chain, import_path, sample, strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = sorted((ROOT / "generated").glob("*.py"))
@@ -76,7 +83,7 @@ def test_only_params_are_kept_on_ctx(name, where, example_builds):
     (0.3.0 stored a tensor passed as a param on ctx, and its gradient was silently dropped.)
     """
     path = _module_path(where, name, example_builds)
-    params = set((_spec_of(path).get("params") or {}))
+    params = set(_spec_of(path).get("params") or {})
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -169,11 +176,11 @@ def test_the_runtime_scan_catches_a_tensor_on_ctx(monkeypatch):
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
 def test_functions_use_setup_context_and_save_only_their_inputs_and_outputs(path):
     tree = ast.parse(path.read_text())
-    classes = dict((cls.name, (cls, methods)) for cls, methods in _functions(tree))
+    classes = {cls.name: (cls, methods) for cls, methods in _functions(tree)}
     bases = [name for name in classes if name.endswith("ForCompile")]
     assert bases, "no autograd.Function generated"
     for name in bases:
-        cls, methods = classes[name]
+        _cls, methods = classes[name]
         assert set(methods) == {"forward", "setup_context", "backward"}, name
         assert methods["forward"].args.args[0].arg != "ctx", f"{name}.forward takes ctx"
         saves = [n for n in ast.walk(methods["setup_context"]) if isinstance(n, ast.Call)

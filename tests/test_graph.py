@@ -77,7 +77,7 @@ def test_cube_third_order_shows_every_nested_level(specs):
 
 def box_labels(svg: str) -> list[str]:
     """The first text line of every box: a tensor's name ('' when unlabelled) or a node's class."""
-    boxes = re.findall(r'<g id="node\d+" class="node">(.*?)</g>', svg, re.S)
+    boxes = re.findall(r'<g id="node\d+" class="node">(.*?)</g>', svg, re.DOTALL)
     return [next(iter(re.findall(r"<text[^>]*>([^<]*)</text>", box)), "").strip() for box in boxes]
 
 
@@ -183,7 +183,7 @@ def test_missing_dot_from_a_real_process(specs):
     if shutil.which("dot", path=env["PATH"]) is not None:
         pytest.skip("dot sits beside python here")
     result = subprocess.run([sys.executable, "-m", "codegen", "graph", "specs/sinh.yaml", "-o", "sinh.svg"],
-                            cwd=specs, env=env, capture_output=True, text=True, timeout=120)
+                            cwd=specs, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "apt install graphviz" in result.stderr
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_chains_close, budget, derivative_chain, import_path, sample
 
 from codegen import __version__, pipeline, write
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
-from helpers import assert_chains_close, budget, derivative_chain, import_path, sample
 
 REPO = Path(__file__).resolve().parent.parent
 PLAIN = "name: inj\nexpr: a * sin(x) * exp(y) + tanh(x * y)\ninputs: [x, y]\nparams: {a: 0.5}\norder: 2\n"

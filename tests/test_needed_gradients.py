@@ -13,17 +13,17 @@ import itertools
 
 import pytest
 import torch
-
-from codegen.bench import count_ops
 from helpers import build_spec
 
-SPEC = dict(
-    name="pair",
-    expr="a * (b / r)**6 - exp(-a * r)",
-    inputs=["r", "a", "b"],
-    order=2,
-    domain={"r": [0.9, 2.5], "a": [0.5, 2.0], "b": [0.8, 1.2]},
-)
+from codegen.bench import count_ops
+
+SPEC = {
+    "name": "pair",
+    "expr": "a * (b / r)**6 - exp(-a * r)",
+    "inputs": ["r", "a", "b"],
+    "order": 2,
+    "domain": {"r": [0.9, 2.5], "a": [0.5, 2.0], "b": [0.8, 1.2]},
+}
 STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested"]
 
 

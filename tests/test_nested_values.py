@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import sympy
 import torch
+from helpers import budget, build_spec, calls_externals, sample
 
 from codegen import bench, pipeline
-from helpers import budget, build_spec, calls_externals, sample
 
 ROOT = Path(__file__).resolve().parent.parent
 # a spec calling external functions has no formula in torch ops to measure against

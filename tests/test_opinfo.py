@@ -30,7 +30,6 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
-
 from helpers import budget, build_spec
 
 # op -> (expression in dbgen's language, OpInfo name in op_db)

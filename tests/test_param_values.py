@@ -14,13 +14,13 @@ import sys
 
 import pytest
 import torch
+from helpers import import_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_properties import R, evaluate, scaled, text, trees
 
 from codegen.expr import parse_expr
 from codegen.param_values import other_param_values
-from helpers import import_path
-from test_properties import R, evaluate, scaled, text, trees
 
 DEFAULT = (-2.0, 2.0)
 

@@ -85,7 +85,7 @@ def test_a_long_folded_sum_is_split_by_named_temporaries_two_calls_deep_at_most(
 
     def evaluate():
         local = dict(scope)
-        exec(run, local)  # test code: the printer's own output for LONG_SUM
+        exec(run, local)  # noqa: S102 - the printer's own output for LONG_SUM, run as the module runs it
         return local
 
     plain, plain_ops = _evaluate(TorchPrinter(TENSORS, fold_sums=False).doprint(LONG_SUM))

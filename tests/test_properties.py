@@ -33,15 +33,22 @@ import yaml
 from hypothesis import Phase, event, example, given, reject, settings
 from hypothesis import strategies as st
 
-from codegen import pipeline, write
+from codegen import language, pipeline, write
 from codegen.errors import SpecErrors
-from codegen import language
 from codegen.language import CONSTANT_NAMES
 
 # The functions of one formula everywhere, special functions included; the piecewise forms (where,
 # min, max, clamp, relu) enter the trees as the PIECES below, and are tested by tests/test_branches.py.
 FUNCTION_ARITY = {name: n for name, n in language.FUNCTION_ARITY.items() if name not in language.PIECEWISE_FUNCTIONS}
-from helpers import budget, build_spec, derivative_chain, import_path, run_shard, sample, strategy_matrix
+from helpers import (
+    budget,
+    build_spec,
+    derivative_chain,
+    import_path,
+    run_shard,
+    sample,
+    strategy_matrix,
+)
 
 R = 1.5  # inputs are drawn from [-R, R]
 CAP = 20.0  # a subexpression whose value could exceed this in size is squashed
@@ -624,8 +631,8 @@ def test_tree_values_lie_within_their_bounds_and_read_back_from_text(case):
 
 REGRESSION_SPECS = sorted(REGRESSIONS.glob("*.yaml"))
 KNOWN_BUGS: dict[str, tuple[str, type]] = {  # spec stem -> (reason, the error it raises)
-    "tanh_of_a_tiny_power_in_a_branch": ("the branch guard evaluates x**1e-6 at x < 0 in floats: a complex "
-                                         "value reaches math.tanh (internal error)", TypeError),
+    "tanh_of_a_tiny_power_in_a_branch": (("the branch guard evaluates x**1e-6 at x < 0 in floats: a complex "
+                                         "value reaches math.tanh (internal error)"), TypeError),
 }
 
 

@@ -12,7 +12,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def test_readme_sets_up_with_two_commands():
     text = README.read_text()
-    block = re.search(r"## Working on dbgen\n.*?```sh\n(.*?)```", text, re.S).group(1)
+    block = re.search(r"## Working on dbgen\n.*?```sh\n(.*?)```", text, re.DOTALL).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines()]
     assert commands == ["make build", "make test"]
 
@@ -33,6 +33,6 @@ def test_readme_links_lead_to_files_and_anchors():
         target = README.parent / path
         assert target.exists(), f"README links to a missing {path}"
         if anchor:
-            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.M)
+            headings = re.findall(r"^#+ (.+)$", target.read_text(), re.MULTILINE)
             slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
             assert anchor in slugs, f"README links to a missing heading {path}#{anchor}"

@@ -6,19 +6,27 @@ from __future__ import annotations
 import math
 
 import mpmath
-
 import pytest
 import sympy
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sympy.codegen.rewriting import optimize
+from test_properties import R, scaled, text, trees
 
 from codegen.expr import parse_expr
 from codegen.printer import TorchPrinter
+from codegen.rewrite import (
+    NEEDS,
+    RULES,
+    factored,
+    for_differentiation,
+    kinds,
+    may_match,
+    stabilize,
+    stabilize_tails,
+)
 from codegen.symbolic import merge_powers
-from codegen.rewrite import NEEDS, RULES, factored, for_differentiation, kinds, may_match, stabilize, stabilize_tails
-from test_properties import R, scaled, text, trees
 
 NAMES = ("x", "y")
 # rule -> (expression before, a fragment the rewritten formula prints)
@@ -166,8 +174,8 @@ def test_tanhs_derivative_in_its_tails_is_exact_and_finite_under_autograd():
 
 
 def test_stabilize_leaves_stable_formulas_alone():
-    for text in ["x*tanh(softplus(x))", "sigmoid(x)*y", "exp(-x**2)", "atan2(y, x)", "x**3 - 2*x"]:
-        expr = parse_expr(text, NAMES, ())
+    for formula in ["x*tanh(softplus(x))", "sigmoid(x)*y", "exp(-x**2)", "atan2(y, x)", "x**3 - 2*x"]:
+        expr = parse_expr(formula, NAMES, ())
         assert stabilize(expr) == expr
 
 

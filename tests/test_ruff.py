@@ -6,16 +6,24 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import HEAVY_EXAMPLES, strategy_matrix
 from ruff.__main__ import find_ruff_bin
 
 from codegen import pipeline, write
-from helpers import HEAVY_EXAMPLES, strategy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _ruff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([find_ruff_bin(), *args, "--isolated", "--no-cache", "."], cwd=cwd, capture_output=True, text=True)
+    return subprocess.run([find_ruff_bin(), *args, "--isolated", "--no-cache", "."], cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def test_the_generator_passes_ruff_as_configured():
+    """The package, its tests, tools and benchmarks: ruff's default rules and the complexity limit
+    of pyproject.toml's [tool.ruff.lint] (make check runs the same)."""
+    result = subprocess.run([find_ruff_bin(), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_checked_in_generated_code_passes_ruff_check_and_format():
@@ -60,7 +68,7 @@ def test_a_longer_line_length_is_used(tmp_path):
 
 def _ruff_on(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([find_ruff_bin(), *args[:1], "--isolated", "--no-cache", *args[1:]], cwd=cwd,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
 
 
 def test_ruff_would_catch_an_unformatted_file(tmp_path):

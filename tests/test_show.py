@@ -44,7 +44,7 @@ def test_sinh_intermediates(specs):
     assert "    saves for backward: expm1_x, expm1_neg_x\n" in text
     assert "    backward(grad_out, grad_expm1_x, grad_expm1_neg_x) -> grad_x    [" in text
     assert re.search(r"computes +grad_x = .*dout_dx·grad_out", text)
-    assert re.search(r"^  Sinh\.forward: \d+$", text, re.M) and re.search(r"^  Sinh\.backward: \d+$", text, re.M)
+    assert re.search(r"^  Sinh\.forward: \d+$", text, re.MULTILINE) and re.search(r"^  Sinh\.backward: \d+$", text, re.MULTILINE)
 
 
 def test_cube_nested_levels(specs):
@@ -57,7 +57,7 @@ def test_cube_nested_levels(specs):
     assert "    forward(grad_out, x) -> grad_x    [3 ops]\n" in text
     assert "computes  grad_x = 3·grad_out·x²" in text
     assert "    forward(grad2_x, grad_out, x) -> grad_grad_out, grad_x" in text
-    levels = re.findall(r"^  (Cube\w*\.(?:forward|backward)): (\d+)$", text, re.M)
+    levels = re.findall(r"^  (Cube\w*\.(?:forward|backward)): (\d+)$", text, re.MULTILINE)
     assert [name for name, _ in levels] == [
         "Cube.forward", "CubeLevel1.forward", "CubeLevel2.forward", "CubeLevel2.backward",
     ]
@@ -67,7 +67,7 @@ def test_cube_nested_levels(specs):
 def test_auto_says_what_it_chose_and_why(specs):
     (specs / "th.yaml").write_text("name: th\nexpr: tanh(x)\ninputs: [x]\norder: 2\n")
     text = run_show("specs/th.yaml")
-    assert re.search(r"^Strategy\n  (save_inputs|save_outputs|intermediates|nested): auto: \w", text, re.M), text
+    assert re.search(r"^Strategy\n  (save_inputs|save_outputs|intermediates|nested): auto: \w", text, re.MULTILINE), text
 
 
 def test_saved_output(specs):
@@ -172,7 +172,7 @@ def test_readme_sample_is_what_show_prints(monkeypatch):
     """The docs' sample output stays true (update it when the plan for sinh changes)."""
     readme = (EXAMPLES.parent / "docs" / "guide" / "commands.md").read_text()
     section = readme[readme.index("## `dbgen show SPEC`"):]
-    sample = re.search(r"```text\n(.*?)```", section, re.S).group(1)
+    sample = re.search(r"```text\n(.*?)```", section, re.DOTALL).group(1)
     monkeypatch.chdir(EXAMPLES.parent)
     assert show.show_text(Path("specs/sinh.yaml")) == sample
 

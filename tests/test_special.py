@@ -13,10 +13,10 @@ import mpmath
 import pytest
 import sympy
 import torch
+from helpers import budget, build_spec
 
 from codegen import special, symbolic
 from codegen.expr import ExprError, parse_expr
-from helpers import budget, build_spec
 
 x = special.ARGUMENT
 MPMATH = {  # the language functions by mpmath, written independently of special.py's exact values
@@ -179,8 +179,8 @@ def test_lgamma_digamma_polygamma_erfinv_xlogy_are_torch_ops(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("polygamma(1.5, x)", "polygamma()'s first argument must be a whole number from 0 to 50 written as it is, "
-                          "such as polygamma(1, x), not the number 1.5"),
+    ("polygamma(1.5, x)", ("polygamma()'s first argument must be a whole number from 0 to 50 written as it is, "
+                          "such as polygamma(1, x), not the number 1.5")),
     ("polygamma(a, x)", "not the input or param a"),
     ("polygamma(x)", "polygamma() takes 2 arguments, got 1; write polygamma(n, x), n a whole number such as 1"),
     ("gammaln(x)", "'gammaln' is not in the language; write lgamma(x)"),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import import_path, strategy_matrix
 
 
@@ -35,16 +34,16 @@ def strictly_finite_and_close(tests, params) -> None:
 
 STRATEGIES = ["auto", "save_inputs", "save_outputs", "intermediates", "nested"]
 SPECS = {
-    "log_sigmoid": dict(expr="log(sigmoid(x))", inputs=["x"]),
-    "logistic_loss": dict(expr="log(1 + exp(-y*x))", inputs=["x", "y"]),
-    "log_add_exp": dict(expr="log(exp(x) + exp(y))", inputs=["x", "y"]),
-    "swish": dict(expr="x*sigmoid(beta*x)", inputs=["x"], params={"beta": 1.5}),
-    "x_erf": dict(expr="x*erf(x)", inputs=["x"]),
-    "isru": dict(expr="x/sqrt(1 + a*x**2)", inputs=["x"], params={"a": 0.5}),
-    "softplus_written_out": dict(expr="log(1 + exp(x))", inputs=["x"]),
-    "log_cosh": dict(expr="log(cosh(x - y))", inputs=["x", "y"]),
-    "radius": dict(expr="sqrt(x**2 + y**2)", inputs=["x", "y"], domain={"x": [0.5, 100], "y": [0.5, 100]}),
-    "tanh_ratio": dict(expr="sinh(x)/cosh(x) + exp(x)/(exp(x) + exp(y))", inputs=["x", "y"]),
+    "log_sigmoid": {"expr": "log(sigmoid(x))", "inputs": ["x"]},
+    "logistic_loss": {"expr": "log(1 + exp(-y*x))", "inputs": ["x", "y"]},
+    "log_add_exp": {"expr": "log(exp(x) + exp(y))", "inputs": ["x", "y"]},
+    "swish": {"expr": "x*sigmoid(beta*x)", "inputs": ["x"], "params": {"beta": 1.5}},
+    "x_erf": {"expr": "x*erf(x)", "inputs": ["x"]},
+    "isru": {"expr": "x/sqrt(1 + a*x**2)", "inputs": ["x"], "params": {"a": 0.5}},
+    "softplus_written_out": {"expr": "log(1 + exp(x))", "inputs": ["x"]},
+    "log_cosh": {"expr": "log(cosh(x - y))", "inputs": ["x", "y"]},
+    "radius": {"expr": "sqrt(x**2 + y**2)", "inputs": ["x", "y"], "domain": {"x": [0.5, 100], "y": [0.5, 100]}},
+    "tanh_ratio": {"expr": "sinh(x)/cosh(x) + exp(x)/(exp(x) + exp(y))", "inputs": ["x", "y"]},
 }
 
 
@@ -62,8 +61,9 @@ def test_float32_derivatives_are_finite_and_close_far_from_the_origin(tmp_path, 
 @pytest.mark.parametrize("name", ["logistic_loss", "log_add_exp", "softplus_written_out", "log_cosh", "tanh_ratio"])
 def test_without_the_rewrites_the_same_check_fails(tmp_path, name):
     """The check has teeth: a --no-rewrite build of these specs is not finite in float32."""
-    from codegen import pipeline, write
     import yaml
+
+    from codegen import pipeline, write
 
     specs = tmp_path / "specs"
     specs.mkdir()

@@ -10,7 +10,6 @@ import math
 
 import pytest
 import torch
-
 from helpers import assert_chains_close, derivative_chain, sample, strategy_matrix
 
 T = torch
@@ -18,52 +17,52 @@ STRATEGIES = ["auto", "save_inputs", "save_outputs", "intermediates", "nested"]
 SHAPES = [(3, 4), (4,), (3, 1), (), (1, 4)]
 
 CASES = {
-    "two_inputs_mixed": dict(
-        expr="x*y + sin(x)*exp(-y**2)", inputs=["x", "y"], order=3,
-        ref=lambda x, y: x * y + T.sin(x) * T.exp(-y**2)),
-    "params_and_log1p": dict(
-        expr="a*log1p(x**2) + b*cos(z*x)", inputs=["x", "z"], params={"a": 1.5, "b": -0.5}, order=3,
-        ref=lambda x, z, a, b: a * T.log1p(x**2) + b * T.cos(z * x)),
-    "vanishing_derivatives": dict(
-        expr="x**2 + y", inputs=["x", "y"], order=4, ref=lambda x, y: x**2 + y),
-    "unused_input": dict(
-        expr="3*x", inputs=["x", "y"], order=2, ref=lambda x, y: 3 * x + 0 * y),
-    "tanh_order5": dict(expr="tanh(x)", inputs=["x"], order=5, ref=T.tanh),
-    "powers_domain": dict(
-        expr="sqrt(x) + 1/x + x**(-3/2)", inputs=["x"], order=4, domain={"x": [0.5, 3]},
-        ref=lambda x: T.sqrt(x) + 1 / x + x ** (-1.5)),
-    "atan2_erf_abs": dict(
-        expr="atan2(y, x) * erf(x) + abs(y)", inputs=["x", "y"], order=3, domain={"x": [0.5, 2]},
-        ref=lambda x, y: T.atan2(y, x) * T.erf(x) + T.abs(y)),
-    "three_input_sigmoid": dict(
-        expr="sigmoid(w*x + c)", inputs=["x", "w", "c"], order=3, ref=lambda x, w, c: T.sigmoid(w * x + c)),
-    "polynomial_order5": dict(
-        expr="k*x**3 - 2", inputs=["x"], params={"k": 2.0}, order=5, ref=lambda x, k: k * x**3 - 2),
-    "hyperbolic_two_inputs": dict(
-        expr="exp(x)*cosh(y) + sinh(x*y)", inputs=["x", "y"], order=3,
-        ref=lambda x, y: T.exp(x) * T.cosh(y) + T.sinh(x * y)),
-    "constant": dict(expr="2.5", inputs=["x"], order=2, ref=lambda x: 2.5 + 0 * x),
-    "inverse_functions": dict(
-        expr="asinh(x) + acosh(y) + atanh(z/3) + asin(z/3) + acos(z/4) + atan(x)", inputs=["x", "y", "z"],
-        order=2, domain={"y": [1.5, 3]},
-        ref=lambda x, y, z: T.asinh(x) + T.acosh(y) + T.atanh(z / 3) + T.asin(z / 3) + T.acos(z / 4) + T.atan(x)),
-    "softplus_expm1_erfc_tan": dict(
-        expr="softplus(x)*expm1(y/2) + erfc(x) + tan(y/3) + log(beta*x**2+1)", inputs=["x", "y"],
-        params={"beta": 2.0}, order=3,
-        ref=lambda x, y, beta: T.log1p(T.exp(x)) * T.expm1(y / 2) + T.erfc(x) + T.tan(y / 3) + T.log(beta * x**2 + 1)),
-    "param_only_subexpressions": dict(
-        expr="exp(sqrt(beta)) * x + pi*E + sigmoid(beta)*x**2", inputs=["x"], params={"beta": 2.0}, order=2,
-        ref=lambda x, beta: math.exp(math.sqrt(beta)) * x + math.pi * math.e + x**2 / (1 + math.exp(-beta))),
-    "three_inputs_order4": dict(
-        expr="x*y*z + exp(x*y) + sin(z)*tanh(x)", inputs=["x", "y", "z"], order=4,
-        ref=lambda x, y, z: x * y * z + T.exp(x * y) + T.sin(z) * T.tanh(x)),
-    "integer_powers": dict(
-        expr="x**7 - 2*x**-5*y**4 + (1 + x**2)**-6 + y**-2", inputs=["x", "y"], order=3,
-        domain={"x": [0.5, 2], "y": [0.5, 2]},
-        ref=lambda x, y: x**7 - 2 * x**-5 * y**4 + (1 + x**2) ** -6 + y**-2),
-    "shared_exp_output": dict(
-        expr="x*exp(x)", inputs=["x"], order=4, ref=lambda x: x * T.exp(x)),
-    "output_is_input": dict(expr="y", inputs=["x", "y"], order=3, ref=lambda x, y: y + 0 * x),
+    "two_inputs_mixed": {
+        "expr": "x*y + sin(x)*exp(-y**2)", "inputs": ["x", "y"], "order": 3,
+        "ref": lambda x, y: x * y + T.sin(x) * T.exp(-y**2)},
+    "params_and_log1p": {
+        "expr": "a*log1p(x**2) + b*cos(z*x)", "inputs": ["x", "z"], "params": {"a": 1.5, "b": -0.5}, "order": 3,
+        "ref": lambda x, z, a, b: a * T.log1p(x**2) + b * T.cos(z * x)},
+    "vanishing_derivatives": {
+        "expr": "x**2 + y", "inputs": ["x", "y"], "order": 4, "ref": lambda x, y: x**2 + y},
+    "unused_input": {
+        "expr": "3*x", "inputs": ["x", "y"], "order": 2, "ref": lambda x, y: 3 * x + 0 * y},
+    "tanh_order5": {"expr": "tanh(x)", "inputs": ["x"], "order": 5, "ref": T.tanh},
+    "powers_domain": {
+        "expr": "sqrt(x) + 1/x + x**(-3/2)", "inputs": ["x"], "order": 4, "domain": {"x": [0.5, 3]},
+        "ref": lambda x: T.sqrt(x) + 1 / x + x ** (-1.5)},
+    "atan2_erf_abs": {
+        "expr": "atan2(y, x) * erf(x) + abs(y)", "inputs": ["x", "y"], "order": 3, "domain": {"x": [0.5, 2]},
+        "ref": lambda x, y: T.atan2(y, x) * T.erf(x) + T.abs(y)},
+    "three_input_sigmoid": {
+        "expr": "sigmoid(w*x + c)", "inputs": ["x", "w", "c"], "order": 3, "ref": lambda x, w, c: T.sigmoid(w * x + c)},
+    "polynomial_order5": {
+        "expr": "k*x**3 - 2", "inputs": ["x"], "params": {"k": 2.0}, "order": 5, "ref": lambda x, k: k * x**3 - 2},
+    "hyperbolic_two_inputs": {
+        "expr": "exp(x)*cosh(y) + sinh(x*y)", "inputs": ["x", "y"], "order": 3,
+        "ref": lambda x, y: T.exp(x) * T.cosh(y) + T.sinh(x * y)},
+    "constant": {"expr": "2.5", "inputs": ["x"], "order": 2, "ref": lambda x: 2.5 + 0 * x},
+    "inverse_functions": {
+        "expr": "asinh(x) + acosh(y) + atanh(z/3) + asin(z/3) + acos(z/4) + atan(x)", "inputs": ["x", "y", "z"],
+        "order": 2, "domain": {"y": [1.5, 3]},
+        "ref": lambda x, y, z: T.asinh(x) + T.acosh(y) + T.atanh(z / 3) + T.asin(z / 3) + T.acos(z / 4) + T.atan(x)},
+    "softplus_expm1_erfc_tan": {
+        "expr": "softplus(x)*expm1(y/2) + erfc(x) + tan(y/3) + log(beta*x**2+1)", "inputs": ["x", "y"],
+        "params": {"beta": 2.0}, "order": 3,
+        "ref": lambda x, y, beta: T.log1p(T.exp(x)) * T.expm1(y / 2) + T.erfc(x) + T.tan(y / 3) + T.log(beta * x**2 + 1)},
+    "param_only_subexpressions": {
+        "expr": "exp(sqrt(beta)) * x + pi*E + sigmoid(beta)*x**2", "inputs": ["x"], "params": {"beta": 2.0}, "order": 2,
+        "ref": lambda x, beta: math.exp(math.sqrt(beta)) * x + math.pi * math.e + x**2 / (1 + math.exp(-beta))},
+    "three_inputs_order4": {
+        "expr": "x*y*z + exp(x*y) + sin(z)*tanh(x)", "inputs": ["x", "y", "z"], "order": 4,
+        "ref": lambda x, y, z: x * y * z + T.exp(x * y) + T.sin(z) * T.tanh(x)},
+    "integer_powers": {
+        "expr": "x**7 - 2*x**-5*y**4 + (1 + x**2)**-6 + y**-2", "inputs": ["x", "y"], "order": 3,
+        "domain": {"x": [0.5, 2], "y": [0.5, 2]},
+        "ref": lambda x, y: x**7 - 2 * x**-5 * y**4 + (1 + x**2) ** -6 + y**-2},
+    "shared_exp_output": {
+        "expr": "x*exp(x)", "inputs": ["x"], "order": 4, "ref": lambda x: x * T.exp(x)},
+    "output_is_input": {"expr": "y", "inputs": ["x", "y"], "order": 3, "ref": lambda x, y: y + 0 * x},
 }
 
 

@@ -12,12 +12,11 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.func as tf
-
 from helpers import budget, sample
 
 T = torch
 STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested"]
-SPEC = dict(name="blend", expr="a*x*y + sin(x)*exp(-y**2) + tanh(x*y)", inputs=["x", "y"], params={"a": 1.5}, order=2)
+SPEC = {"name": "blend", "expr": "a*x*y + sin(x)*exp(-y**2) + tanh(x*y)", "inputs": ["x", "y"], "params": {"a": 1.5}, "order": 2}
 
 
 def composed(x, y, a=1.5):
@@ -82,7 +81,7 @@ def test_forward_over_reverse_with_autograd_create_graph(generated, point):
     for f in (generated, composed):
         with fwAD.dual_level():
             dual_x = fwAD.make_dual(x, tx)
-            out = tf.grad(lambda x: f(x, y).sum())(dual_x)
+            out = tf.grad(lambda x, f=f: f(x, y).sum())(dual_x)
             results.append(fwAD.unpack_dual(out).tangent.clone())
     torch.testing.assert_close(results[0], results[1], rtol=1e-7, atol=1e-10)
 

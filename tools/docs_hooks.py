@@ -43,8 +43,8 @@ BAD_SPECS = [
      "name: torch\nexpr: x**2\ninputs: [x]\norder: 2\n"),
     ("Problems of a vector-valued spec",
      "what each message says; each output's expression is checked as `expr` is, on its own line",
-     "name: f\ninputs: [x, y]\norder: 2\noutputs:\n  r: sqrt(x**2 + y**2)\n  y: atan2(y, x)\n"
-     "  phi: atan3(y, x)\n  psi: 2 * phi\nstack: 1\n"),
+     ("name: f\ninputs: [x, y]\norder: 2\noutputs:\n  r: sqrt(x**2 + y**2)\n  y: atan2(y, x)\n"
+     "  phi: atan3(y, x)\n  psi: 2 * phi\nstack: 1\n")),
 ]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-import test_opinfo as t  # noqa: E402  (the one implementation of the comparison)
+import test_opinfo as t
 
 
 def _dtype_name(dtype) -> str:

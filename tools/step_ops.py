@@ -21,9 +21,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import functions, workloads  # noqa: E402
-from benchmarks.__main__ import FULL  # noqa: E402
-from codegen import bench  # noqa: E402
+from benchmarks import functions, workloads
+from benchmarks.__main__ import FULL
+from codegen import bench
 
 
 def step_ops(step) -> Counter:
@@ -51,7 +51,7 @@ def main() -> None:
             for name in (n for n in names if not wanted or n in wanted):
                 family = functions.load_family(name, Path(tmp) / name, variants=functions.VARIANTS[:3])
                 case = workloads.WORKLOADS[workload](name, min(sizes), dtype)
-                counts = {label: step_ops(lambda fn=fn: case.step(fn)) for label, fn in family.variants.items()}
+                counts = {label: step_ops(lambda fn=fn, case=case: case.step(fn)) for label, fn in family.variants.items()}
                 cells = " ".join(f"{sum(counts[v].values()) if v in counts else '-':>9}" for v in functions.VARIANTS[:3])
                 top = ", ".join(f"{op} {n}" for op, n in counts[functions.DBGEN].most_common(4))
                 print(f"{workload:10s} {name:14s} {family.strategy:13s} {cells}  {top}")

@@ -37,7 +37,7 @@ _START_LIMIT = 300.0  # seconds a worker may take to start (a spawned one import
 
 def run(texts: Sequence[str], options, skipped=None) -> list:
     """``audit.run``: every Function of ``texts`` audited in a worker, in order (see the module)."""
-    from .model import Audit, unchecked
+    from .model import Audit
 
     if options.expr is not None:
         _check_expr(options.expr)
@@ -46,42 +46,60 @@ def run(texts: Sequence[str], options, skipped=None) -> list:
     audits: list = []
     worker = _Worker(options.timeout)
     try:
-        planned: list = []  # (text, [(name, file, line)]) to audit, or the Audit of a target that failed
-        for text in texts:
-            answer = worker.ask(("resolve", text))
-            if answer[0] == "targets":
-                planned.append((text, answer[1]))
-            elif answer[0] == "none":
-                if len(texts) == 1:
-                    raise NoFunctionError(answer[1])
-                if skipped is not None:
-                    skipped(answer[1])
-            elif answer[0] == "usage":
-                raise TargetError(answer[1])
-            else:
-                label, message, file, line = _import_trouble(text, answer, worker.timeout)
-                planned.append(unchecked(text, label, message, file, line, shown=_shown(text)))
-        if not planned:
-            raise TargetError("no torch.autograd.Function subclass in " + ", ".join(texts))
+        planned = _resolved(texts, worker, skipped)
         for item in planned:
             if isinstance(item, Audit):
                 audits.append(item)
-                continue
-            text, found = item
-            for index, (name, file, line) in enumerate(found):
-                answer = worker.ask(("audit", text, index, options))
-                doubt = _doubt(answer, options) if answer[0] == "audit" else None
-                if answer[0] == "audit" and doubt is None:
-                    audits.append(answer[1])
-                elif doubt is not None:
-                    audits.append(unchecked(name, "audit tampered", doubt, file, line))
-                else:
-                    label, message = _audit_trouble(answer, worker.timeout)
-                    audits.append(unchecked(name, label, message, file, line))
+            else:
+                audits.extend(_functions_audited(*item, worker, options))
     except BaseException:
         worker.stop(politely=False)
         raise
     worker.stop()
+    return audits
+
+
+def _resolved(texts: Sequence[str], worker: _Worker, skipped) -> list:
+    """Per target, (text, [(name, file, line)] of its Functions) to audit, or the unchecked Audit of
+    one whose import failed; a target with no Function skipped (``skipped(message)``), an error alone."""
+    from .model import unchecked
+
+    planned: list = []
+    for text in texts:
+        answer = worker.ask(("resolve", text))
+        if answer[0] == "targets":
+            planned.append((text, answer[1]))
+        elif answer[0] == "none":
+            if len(texts) == 1:
+                raise NoFunctionError(answer[1])
+            if skipped is not None:
+                skipped(answer[1])
+        elif answer[0] == "usage":
+            raise TargetError(answer[1])
+        else:
+            label, message, file, line = _import_trouble(text, answer, worker.timeout)
+            planned.append(unchecked(text, label, message, file, line, shown=_shown(text)))
+    if not planned:
+        raise TargetError("no torch.autograd.Function subclass in " + ", ".join(texts))
+    return planned
+
+
+def _functions_audited(text: str, found, worker: _Worker, options) -> list:
+    """The Audit of each Function ``found`` in target ``text``, each asked of the worker; unchecked
+    where the worker's answer is trouble (exit, time, crash) or cannot be believed (``_doubt``)."""
+    from .model import unchecked
+
+    audits = []
+    for index, (name, file, line) in enumerate(found):
+        answer = worker.ask(("audit", text, index, options))
+        doubt = _doubt(answer, options) if answer[0] == "audit" else None
+        if answer[0] == "audit" and doubt is None:
+            audits.append(answer[1])
+        elif doubt is not None:
+            audits.append(unchecked(name, "audit tampered", doubt, file, line))
+        else:
+            label, message = _audit_trouble(answer, worker.timeout)
+            audits.append(unchecked(name, label, message, file, line))
     return audits
 
 
