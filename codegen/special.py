@@ -81,6 +81,11 @@ def evalf_by(exact, args, prec: int):
             return None
 
 
+def _spherical_j_over_power_at(n: int, x):
+    """j_n(x)/x**n for x > 0, from the Bessel function of half-integer order."""
+    return mpmath.sqrt(mpmath.pi / (2 * x)) * mpmath.besselj(n + 0.5, x) / x**n
+
+
 def _at_zero(value_away, limit):
     """A family's exact value: ``limit(n)`` at 0, where x**n divides 0 by 0."""
     def exact(n, x):
@@ -297,7 +302,9 @@ class spherical_j_over_power(SpecialFunctionBase):
     def derivative(n, x):
         return -x * spherical_j_over_power(n + 1, x)
 
-    exact = staticmethod(_at_zero(lambda n, x: mpmath.sqrt(mpmath.pi / (2 * x)) * mpmath.besselj(n + 0.5, x) / x**n,
+    # even in x (j_n has the parity of x**n): taken at |x|, where sqrt(pi/(2x)) is real (at x < 0 it
+    # is imaginary, and the formula's product came out with the wrong sign)
+    exact = staticmethod(_at_zero(lambda n, x: _spherical_j_over_power_at(n, abs(x)),
                                   lambda n: 1 / mpmath.fac2(2 * n + 1)))
 
 

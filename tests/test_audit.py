@@ -88,6 +88,54 @@ def test_a_correct_new_style_function_is_ok_under_every_transform(audits):
     assert all(r.status == dynamic.PASS for r in audit.results), audit.results
 
 
+NOT_ELEMENTWISE = """
+import torch
+
+
+class {name}(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return {forward}
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return {backward}
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (x,) = ctx.saved_tensors
+        return {jvp}
+"""
+
+
+@pytest.mark.parametrize("name, forward, backward, jvp", [
+    ("SumSquares", "(x * x).sum()", "grad * 2 * x", "(2 * x * tangent).sum()"),  # a loss: a 0-dim output
+    ("Outer", "x[:, None] * x[None, :]", "(grad + grad.T) @ x", "tangent[:, None] * x + x[:, None] * tangent"),
+])
+def test_a_correct_function_whose_output_is_not_shaped_as_its_input_is_ok(tmp_path, name, forward, backward, jvp):
+    """The Jacobians of jacrev and jacfwd are shaped (*output, *input): summed over the output's
+    dimensions, however many (a loss has none), they are autograd's gradients. Summed over the first
+    alone, a correct loss was 'silently wrong at order 1'."""
+    path = tmp_path / "shaped.py"
+    path.write_text(NOT_ELEMENTWISE.format(name=name, forward=forward, backward=backward, jvp=jvp))
+    (audit,) = auditing.run([str(path)], auditing.Options(order=2))
+    statuses = {r.check: r.status for r in audit.results}
+    assert audit.verdict == "ok", (audit.summary, audit.results)
+    assert statuses["jacrev"] == statuses["jacfwd"] == dynamic.PASS
+    wrong = path.read_text().replace(f"return {backward}", f"return 3 * ({backward})")
+    path.write_text(wrong)
+    (audit,) = auditing.run([str(path)], auditing.Options(order=2))
+    assert (audit.verdict, audit.wrong_at_order) == ("wrong", 1), audit.summary
+
+
 def test_a_wrong_jvp_is_wrong_under_forward_mode(tmp_path):
     source = BUGGY.read_text().replace("return tangent * (s + x * s * (1 - s))", "return tangent * s")
     path = tmp_path / "wrong_jvp.py"

@@ -195,6 +195,38 @@ def test_a_target_that_patches_the_audit_at_import_is_not_passed(tmp_path, patch
         assert audit.label == "audit tampered" and "never ran" in audit.summary
 
 
+@pytest.mark.parametrize("relative", [True, False])
+def test_a_target_that_changes_the_current_folder_cannot_change_what_the_next_one_is(tmp_path, monkeypatch,
+                                                                                      relative):
+    """a.py moves the process into other/, which holds a correct class of the same file name and class
+    name as the wrong one named next: the next target is still the one named (each target has
+    workers of its own), and a.py's own import is not blamed for dbgen's bookkeeping."""
+    other = tmp_path / "other"
+    _write(other, "b.py", WRONG.replace("Cubed", "Bad").replace("return 2 * x * grad", "return 3 * x * x * grad"))
+    _write(tmp_path, "b.py", WRONG.replace("Cubed", "Bad"))
+    mover = _write(tmp_path, "a.py", GOOD + f"\nos.chdir({str(other)!r})\n")
+    monkeypatch.chdir(tmp_path)
+    audits = _by_name(auditing.run(["a.py" if relative else mover, "b.py"], auditing.Options(order=2)))
+    assert (audits["Bad"].verdict, audits["Bad"].wrong_at_order) == ("wrong", 1), audits["Bad"].summary
+    assert audits["Square"].verdict == "limited", audits["Square"].summary
+
+
+def test_a_target_that_replaces_a_module_cannot_change_what_the_next_one_is(tmp_path, monkeypatch):
+    """a.py puts a correct Bad in sys.modules['bmod'] at import; the wrong bmod:Bad named next is
+    still the one audited."""
+    _write(tmp_path, "bmod.py", WRONG.replace("Cubed", "Bad"))
+    faker = _write(tmp_path, "a.py", GOOD + textwrap.dedent("""
+        import types
+        fake = types.ModuleType("bmod")
+        fake.Bad = Square
+        sys.modules["bmod"] = fake
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # a spawned worker's sys.path
+    audits = _by_name(auditing.run([faker, "bmod:Bad"], auditing.Options(order=2)))
+    assert (audits["bmod.Bad"].verdict, audits["bmod.Bad"].wrong_at_order) == ("wrong", 1), audits
+
+
 def test_a_backward_wrong_near_the_domains_end_is_found(tmp_path):
     """Wrong on (1.8, 2] only, a twentieth of the default domain: six drawn points missed it (ok,
     exit 0); the grid over the domain, its ends a thousandth inside, does not."""

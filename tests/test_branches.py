@@ -146,6 +146,22 @@ def test_ties_and_boundaries_follow_the_native_op(build, expr, strategy):
         assert_chains_close(actual, expected)
 
 
+def test_clamp_with_tensor_bounds_follows_torch_but_where_they_meet_below_x(build):
+    """clamp(x, lo, hi) with all three inputs: torch.clamp's gradients at every tie (x at a bound,
+    lo > hi: hi wins), but for the one documented exception, lo == hi above x, where torch.clamp
+    gives no argument a gradient and dbgen gives it to lo (the value moves with lo and hi)."""
+    module = build(name="clamped", expr="clamp(x, lo, hi)", inputs=["x", "lo", "hi"], order=2)
+    points = [(1.0, 1.0, 1.0), (2.0, 1.0, 1.0), (0.0, 2.0, 1.0), (1.0, 1.0, 2.0), (2.0, 1.0, 2.0),
+              (0.5, 1.0, 2.0), (3.0, 1.0, 2.0), (1.5, 2.0, 1.0)]
+    for point in [*points, (0.0, 1.0, 1.0)]:
+        ours = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in point]
+        theirs = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in point]
+        got = [g.item() for g in torch.autograd.grad(module.clamped(*ours), ours)]
+        want = [g.item() for g in torch.autograd.grad(torch.clamp(*theirs), theirs)]
+        assert got == (want if point in points else [0.0, 1.0, 0.0]), (point, got, want)
+    assert want == [0.0, 0.0, 0.0]  # torch.clamp's own, at the exception
+
+
 def test_the_language_reads_conditions_and_indicators():
     x, _y = (pytest.importorskip("sympy").Symbol(n, real=True) for n in "xy")
     assert str(parse_expr("x*(x < 1)", ("x",), ())) == "Piecewise((x, x < 1), (0, True))"

@@ -417,6 +417,10 @@ def transform_checks(subject: Subject) -> list[Result]:
     except Exception as exc:  # noqa: BLE001 - nothing to compare the transforms with
         return [Result(name, NOT_APPLICABLE, f"autograd itself raises: {first_line(exc)}") for name in TRANSFORMS]
     summed = lambda *xs: first(*xs).sum()
+    # a Jacobian is shaped (*output, *input): summed over the output's dimensions (none for a loss,
+    # two for a matrix-valued Function) it is the gradient of the output's sum
+    out_dims = tuple(range(first(*plain).dim()))
+    contracted = lambda jacobians: [j.sum(out_dims) if out_dims else j for j in jacobians]
     runs = {
         "vmap": (lambda: torch.func.vmap(first)(*(torch.stack([x, x.flip(0)]) for x in plain)),
                  lambda got: _close(got, torch.stack([first(*plain).detach(), first(*(x.flip(0) for x in plain))
@@ -424,9 +428,9 @@ def transform_checks(subject: Subject) -> list[Result]:
         "grad": (lambda: torch.func.grad(summed, argnums=argnums)(*plain), lambda got: _close(got, grads), 1),
         # the Jacobians contracted with the cotangent of ones: autograd's gradients
         "jacrev": (lambda: torch.func.jacrev(first, argnums=argnums)(*plain),
-                   lambda got: _close([j.sum(0) for j in got], grads), 1),
+                   lambda got: _close(contracted(got), grads), 1),
         "jacfwd": (lambda: torch.func.jacfwd(first, argnums=argnums)(*plain),
-                   lambda got: _close([j.sum(0) for j in got], grads), 1),
+                   lambda got: _close(contracted(got), grads), 1),
         "hessian": (lambda: _hessian_vector(summed, plain, tangents, argnums), lambda got: _close(got, hvp), 2),
         "jvp": (lambda: torch.func.jvp(first, tuple(plain), tuple(tangents))[1],
                 lambda got: _close(got.sum(), directional), 1),

@@ -7,8 +7,10 @@ worker process (import a target and list its Functions; audit one Function) and 
 ``Options.timeout`` seconds for each answer. A worker that exits, is killed by a signal or runs past
 the limit is killed and its job reported in the job's place (an ``unchecked`` Audit: "exits at
 import", "timed out", "exited"); the next job starts a fresh worker, which imports again what it
-needs. In the normal case nothing restarts: one worker for the whole run, which keeps what it
-imported and torch's warm state from one Function to the next.
+needs. Each target has workers of its own, one to list its Functions and one to audit them (which
+keeps what it imported and torch's warm state from one Function to the next): what a target's
+import changes in its process (the current folder, ``sys.modules``, a patched torch) never
+reaches another target's audit. Every target is listed before any is audited.
 
 On Linux the worker is forked from dbgen's process (torch is not imported again: a worker starts in
 about 0.1 s), single-threaded (torch's OpenMP pool does not survive a fork: the child's first
@@ -22,6 +24,7 @@ report, and ``--json`` stays JSON.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -44,29 +47,34 @@ def run(texts: Sequence[str], options, skipped=None) -> list:
     for text in texts:
         _check_named(text)
     audits: list = []
-    worker = _Worker(options.timeout)
+    for item in _resolved(texts, options.timeout, skipped):
+        audits.extend([item] if isinstance(item, Audit) else _functions_audited(*item, options))
+    return audits
+
+
+@contextlib.contextmanager
+def _fresh_worker(timeout: float | None):
+    """A worker for one target's jobs, stopped after them: what a target's import changes in its
+    process (the current folder, sys.modules, a patched torch) never reaches another target."""
+    worker = _Worker(timeout)
     try:
-        planned = _resolved(texts, worker, skipped)
-        for item in planned:
-            if isinstance(item, Audit):
-                audits.append(item)
-            else:
-                audits.extend(_functions_audited(*item, worker, options))
+        yield worker
     except BaseException:
         worker.stop(politely=False)
         raise
     worker.stop()
-    return audits
 
 
-def _resolved(texts: Sequence[str], worker: _Worker, skipped) -> list:
+def _resolved(texts: Sequence[str], timeout: float | None, skipped) -> list:
     """Per target, (text, [(name, file, line)] of its Functions) to audit, or the unchecked Audit of
-    one whose import failed; a target with no Function skipped (``skipped(message)``), an error alone."""
+    one whose import failed; a target with no Function skipped (``skipped(message)``), an error alone.
+    Every target is resolved before any is audited, so that a mistyped one stops the run at once."""
     from .model import unchecked
 
     planned: list = []
     for text in texts:
-        answer = worker.ask(("resolve", text))
+        with _fresh_worker(timeout) as worker:
+            answer = worker.ask(("resolve", text))
         if answer[0] == "targets":
             planned.append((text, answer[1]))
         elif answer[0] == "none":
@@ -84,22 +92,24 @@ def _resolved(texts: Sequence[str], worker: _Worker, skipped) -> list:
     return planned
 
 
-def _functions_audited(text: str, found, worker: _Worker, options) -> list:
-    """The Audit of each Function ``found`` in target ``text``, each asked of the worker; unchecked
-    where the worker's answer is trouble (exit, time, crash) or cannot be believed (``_doubt``)."""
+def _functions_audited(text: str, found, options) -> list:
+    """The Audit of each Function ``found`` in target ``text``, asked of a worker of its own;
+    unchecked where the worker's answer is trouble (exit, time, crash) or cannot be believed
+    (``_doubt``). A Function that ends or hangs its worker leaves the next to a fresh one."""
     from .model import unchecked
 
     audits = []
-    for index, (name, file, line) in enumerate(found):
-        answer = worker.ask(("audit", text, index, options))
-        doubt = _doubt(answer, options) if answer[0] == "audit" else None
-        if answer[0] == "audit" and doubt is None:
-            audits.append(answer[1])
-        elif doubt is not None:
-            audits.append(unchecked(name, "audit tampered", doubt, file, line))
-        else:
-            label, message = _audit_trouble(answer, worker.timeout)
-            audits.append(unchecked(name, label, message, file, line))
+    with _fresh_worker(options.timeout) as worker:
+        for index, (name, file, line) in enumerate(found):
+            answer = worker.ask(("audit", text, index, options))
+            doubt = _doubt(answer, options) if answer[0] == "audit" else None
+            if answer[0] == "audit" and doubt is None:
+                audits.append(answer[1])
+            elif doubt is not None:
+                audits.append(unchecked(name, "audit tampered", doubt, file, line))
+            else:
+                label, message = _audit_trouble(answer, worker.timeout)
+                audits.append(unchecked(name, label, message, file, line))
     return audits
 
 

@@ -11,6 +11,7 @@ see ``isolation``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -69,21 +70,22 @@ def resolve(text: str) -> list[Target]:
 def _load(where: str):
     """The module at ``where``: a .py file's path, else a module name."""
     if where.endswith(".py"):
-        path = Path(where)
+        path = Path(where).resolve()  # now: the module may change the current folder as it runs
         if not path.is_file():
             raise TargetError(f"{where}: no such file")
-        name = "dbgen_audit_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        name = "dbgen_audit_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        sys.path.insert(0, str(path.resolve().parent))  # its own imports of its siblings
+        sys.path.insert(0, str(path.parent))  # its own imports of its siblings
         try:
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report, do not crash
             sys.modules.pop(name, None)
-            raise _import_failure(where, str(path.resolve()), exc) from None
+            raise _import_failure(where, str(path), exc) from None
         finally:
-            sys.path.remove(str(path.resolve().parent))
+            with contextlib.suppress(ValueError):  # the module's code may have taken it out itself
+                sys.path.remove(str(path.parent))
         return module
     try:
         return importlib.import_module(where)
