@@ -1,4 +1,4 @@
-"""End-to-end workloads: dbgen's Functions in the training steps users run (issue 15).
+"""End-to-end workloads: dbgen's Functions in the training steps users run.
 
     python -m benchmarks [--workloads pinn,force,wgan,sweep] [--functions mish,silu] [--dtypes float32]
                          [--threads 1] [--repeats 7] [--no-fuse] [--quick]
@@ -9,7 +9,7 @@ variant of its function (benchmarks/functions.py): PyTorch's native op, the comp
 dbgen's eager module and its fused one. Per variant: the median time of interleaved steps, the
 bytes autograd saves for backward during a step, the step's peak memory; and a check that every
 variant gives the composed formula's loss and gradients. The report compares dbgen with the
-better of native and composed and says which of issue 15's targets hold.
+better of native and composed and says which of the targets (TARGETS) hold.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def _ms(row: Row, variant: str) -> str:
 
 
 def _targets(rows: list[Row]) -> list[str]:
-    """Issue 15's targets, each with the configurations that miss it."""
+    """The targets, each with the configurations that miss it."""
     steps = [r for r in rows if r.workload in ("pinn", "force")]
     checks = [
         ("dbgen eager time <= 1.0 x composed and native, every configuration",
@@ -203,7 +203,7 @@ def _targets(rows: list[Row]) -> list[str]:
          [r for r in rows if FUSE in r.measured and r.measured[FUSE].seconds > r.measured[DBGEN].seconds]),
     ]
     mean = bench.geometric_mean([r.ratio(DBGEN) for r in steps]) if steps else math.nan
-    lines = ["## Targets (issue 15)", "", "| target | holds | misses |", "|---|---|---|"]
+    lines = ["## Targets", "", "| target | holds | misses |", "|---|---|---|"]
     for text, misses in checks:
         lines.append(f"| {text} | {'yes' if not misses else 'no'} | "
                      f"{', '.join(sorted({f'{r.case} ({r.dtype}, {r.threads} t)' for r in misses})) or '-'} |")

@@ -2,7 +2,7 @@
 
 Spec text never reaches ``eval``, ``sympify`` or ``parse_expr`` (SymPy documents that those run
 arbitrary code). ``ast.parse`` only parses; every node kind is checked against the language of
-the contract, and SymPy objects are built directly. Sizes are bounded before SymPy sees anything,
+the language (docs/guide/specs.md), and SymPy objects are built directly. Sizes are bounded before SymPy sees anything,
 so no spec can make the build hang on a huge number or a deep nest.
 """
 

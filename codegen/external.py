@@ -1,4 +1,4 @@
-"""External functions (contract v2, section 6): SciPy's special functions, and a spec's own
+"""External functions (docs/guide/externals.md): SciPy's special functions, and a spec's own
 (``extern:``), as SymPy functions whose derivatives are formulas of the table or the spec.
 
 Autograd cannot trace either: SciPy runs in NumPy on the CPU, and a team's kernel is opaque. So

@@ -1,4 +1,4 @@
-"""The expression language's names (contract section 1), without SymPy.
+"""The expression language's names (docs/guide/specs.md), without SymPy.
 
 Spec validation needs only the names; ``expr.py`` maps them to SymPy objects. Keeping them apart
 lets a build whose generated files are up to date finish without importing SymPy.
@@ -17,7 +17,7 @@ FUNCTION_ARITY = {
     "modified_bessel_i0": 1, "modified_bessel_i1": 1, "modified_bessel_k0": 1, "modified_bessel_k1": 1,
     "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
 }
-# SciPy's special functions (v2, section 6): computed by scipy.special outside autograd, so a spec
+# SciPy's special functions (docs/guide/externals.md): computed by scipy.special outside autograd, so a spec
 # that calls one is generated nested (external.py); the first of two arguments is a number or a param.
 # Not reserved like FUNCTION_ARITY's: a param may be named zeta (a damping ratio); that spec then
 # cannot call zeta().

@@ -88,7 +88,7 @@ _YAML11_NUMBERS = {tag: regexp for first in "0123456789-+." for tag, regexp in y
 
 @dataclass(frozen=True)
 class Extern:
-    """A function the spec declares under ``extern:`` (contract v2, section 6): computed by
+    """A function the spec declares under ``extern:`` (docs/guide/externals.md): computed by
     ``impl`` (``module:callable``, imported by the generated module when first called), with
     one derivative formula per argument (None: the argument must be a number or a param)."""
 
@@ -128,12 +128,12 @@ class Spec:
     # a build option, like fuse: the project's line length (config.line_length), which the
     # generated code is wrapped and formatted to
     line_length: int = DEFAULT_LINE_LENGTH
-    # a vector-valued function (contract section 5): (name, expression text), in the spec's order;
+    # a vector-valued function (docs/guide/specs.md): (name, expression text), in the spec's order;
     # empty for a spec with expr
     outputs: tuple[tuple[str, str], ...] = ()
     # with outputs: return one tensor, the outputs stacked along a new last dimension
     stack: bool = False
-    # functions the spec declares (contract v2, section 6), in the spec's order
+    # functions the spec declares (docs/guide/externals.md), in the spec's order
     externs: tuple[Extern, ...] = ()
     lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 

@@ -1,4 +1,4 @@
-"""Special functions (contract v2, section 1) as SymPy functions whose derivatives stay in the set.
+"""Special functions (docs/guide/specs.md) as SymPy functions whose derivatives stay in the set.
 
 Each derivative is written with functions of the same kind (J0' = -J1, J1' = J0 - J1/x, ...), so
 every order is a formula dbgen can print. Quotients such as J1(x)/x would be 0/0 at x = 0 and

@@ -124,7 +124,7 @@ def run_shard(check, shard: int, shards: int, examples: int, **strategies) -> No
 def budget(values, ids=None, share: int = 2) -> list:
     """``pytest.param`` of each value, all but one in ``share`` (the first, then every share-th)
     marked slow: ``make test`` runs that share of a long list of like cases, ``make test-all`` all
-    of them (issue 13)."""
+    of them."""
     import pytest
 
     values = list(values)

@@ -211,7 +211,7 @@ def test_log_cosh_is_exact_near_0_at_every_order(tmp_path, strategy):
     """log(cosh(x)) rounded cosh(x) to 1 and lost every bit below 1e-8 (the bundled log_cosh
     warned at its build); two regimes now (rewrite.py), the derivatives from log(cosh(x)) itself.
     On [-2, 2]: beyond about |x| = 3 the derivatives' sech(x)**2, written 1 - tanh(x)**2 as autograd
-    computes it, loses what tanh(x) rounds away (issue 27, open)."""
+    computes it, loses what tanh(x) rounds away (not yet reached; the build warns)."""
     plan = _plan(tmp_path, name="lc", expr="log(cosh(x))", inputs=["x"], order=4, strategy=strategy)
     report = accuracy.measure(plan, 64)
     assert not report.over_bound(), accuracy.report_text(report)
@@ -224,7 +224,7 @@ def test_log_erfc_is_exact_in_both_tails(tmp_path, strategy, expr, domain):
     at x = 5 (log of a number rounded to 1) and was -inf in float32 from x = -5.5 (erfc
     underflows), as its first derivative, exp(-x**2/2)/erfc(...), was 0/0 = NaN. Three regimes and
     erfcx now (rewrite.py's log_erfc and erfc_ratio). Orders 2 and up still lose up to 17 bits in
-    the far tail (u - 1/(sqrt(pi)*erfcx(u)) cancels; issue 27, open): order 1 here."""
+    the far tail (u - 1/(sqrt(pi)*erfcx(u)) cancels; not yet reached, the build warns): order 1 here."""
     plan = _plan(tmp_path, name="le", expr=expr, inputs=["x"], order=1, strategy=strategy, domain={"x": domain})
     report = accuracy.measure(plan, 64)
     assert not report.over_bound(), accuracy.report_text(report)

@@ -1,4 +1,4 @@
-"""dbgen audit (contract v2, section 7) on its real clients, transcribed into tests/fixtures/audit:
+"""dbgen audit (docs/guide/audit.md) on its real clients, transcribed into tests/fixtures/audit:
 the tutorial's five Functions, timm's memory-efficient activations and e3nn's _SoftUnitStep; a
 corpus of the bugs it must find; the command line (report, JSON, exit codes, --expr and the spec
 that replaces a Function, bad arguments)."""
@@ -289,7 +289,7 @@ class SinF32(torch.autograd.Function):
 
 
 
-# --- replacing a Function (issue 29) ---------------------------------------------------------------
+# --- replacing a Function -----------------------------------------------------------------------
 
 SCALED_SOFTPLUS = '''
 import torch

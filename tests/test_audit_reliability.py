@@ -1,4 +1,4 @@
-"""dbgen audit never passes what it could not check (issue 28, item 3): a target that exits at
+"""dbgen audit never passes what it could not check: a target that exits at
 import, hangs, crashes its worker, has no inputs, is not finite on its domain, or whose replacing
 spec would take a reserved name, is reported in its own row with a non-zero exit status, and the
 other targets of the run are still audited; names are printed as written (no rich markup, no

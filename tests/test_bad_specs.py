@@ -1,5 +1,5 @@
 """Bad specs: every kind is refused with exit 2, one `SPEC_PATH:LINE: message` line per problem,
-no traceback, nothing written and nothing from the spec run (contract sections 1 and 4).
+no traceback, nothing written and nothing from the spec run (docs/guide/specs.md, docs/reference/errors.md).
 
 The corpus below is checked twice: in process, one test per kind (exact problems, bounded time),
 and through the real CLI, all kinds in one folder and one run (paths, exit code, stderr format).
@@ -408,7 +408,7 @@ CORPUS = [
     expr("expr_null_byte", '"x\\0"', "the expression contains the control character"),
     expr("expr_unicode_name", "λ * x", "undefined name 'λ'"),
     expr("expr_syntax_warning", "1if x else 2", "a conditional expression"),
-    # SciPy's functions and declared externs (contract v2, section 6)
+    # SciPy's functions and declared externs
     expr("scipy_unknown_function", "hankel1(1, x)",
          "expr: 'hankel1' is not in the language; its special functions are lgamma"),
     expr("scipy_misspelled", "jvv(2, x)", "'jvv' is not a function of the language (did you mean 'jv'?)"),

@@ -280,7 +280,7 @@ def test_a_native_name_that_leads_out_of_torch_is_refused():
 
 
 # ------------------------------------------------------------------ native: checked before anything is timed
-# Issue 28, item 4: a native that is not the spec's function elementwise made bench exit 3
+# A native that is not the spec's function elementwise made bench exit 3
 # (torch.sum: a cotangent of the wrong shape) or time another function (torch.cos for sin(x)).
 
 

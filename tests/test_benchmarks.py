@@ -1,4 +1,4 @@
-"""The end-to-end workload suite (benchmarks/, issue 15): every variant of every workload computes
+"""The end-to-end workload suite (benchmarks/): every variant of every workload computes
 the same loss and gradients, the measures count what they say, and the report is written."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_the_report_states_every_target(tmp_path, capsys):
                        "--functions", "lj,mish", "--report", str(report), "--plot", str(plot)])
     assert code == 0  # every variant agreed
     text = report.read_text()
-    assert "## force" in text and "## sweep" in text and "## Targets (issue 15)" in text
+    assert "## force" in text and "## sweep" in text and "## Targets" in text
     assert "| lj 64 | float32 | 1 | " in text
     assert text.count("| yes |") + text.count("| no |") == 6
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Piecewise functions (contract v2, section 1): the language, derivatives branch by branch under
+"""Piecewise functions (docs/guide/specs.md): the language, derivatives branch by branch under
 every strategy, NaN-free at every order, and the native ops' conventions at ties and boundaries.
 
 The reference is independent of dbgen's guards: each point on its own (a 0-d tensor), the branch
@@ -343,7 +343,7 @@ def test_a_bound_that_rounds_to_a_finite_point_is_not_taken_for_a_safe_point(bui
             assert torch.isfinite(level).all(), (dtype, level)
 
 
-# A choice made by params alone (issue 28's random specs found each crashing the build): the branch
+# A choice made by params alone (random specs found each crashing the build): the branch
 # taken is an input itself, a constant, or a clamp of a clamp on params; each at a param value on
 # either side of its bound.
 PARAM_CHOICES = {  # expr -> (reference on 0-d tensors, values of a, points away from ties)

@@ -586,7 +586,7 @@ def test_check_asks_for_force_only_for_a_file_build_would_keep(specs_only):
 
 def test_an_unchanged_check_regenerates_nothing(specs_only):
     """check takes a spec whose files' headers vouch for it as up to date without SymPy (a
-    second, not a minute: issue 29's four-spec project took 42-51 s); a changed spec is still
+    second, not a minute: a four-spec project took 42-51 s); a changed spec is still
     regenerated and compared, in --jobs processes."""
     assert dbgen("build", "specs", "-o", "out", cwd=specs_only).returncode == 0
     code = (

@@ -1,4 +1,4 @@
-"""Issue 12, point 3: the build checks the domain. A spec whose function, or a derivative up to its
+"""The build checks the domain. A spec whose function, or a derivative up to its
 order, is not finite somewhere on its domain is refused at build time (exit 2, nothing written) with
 `PATH:LINE: domain: ...` naming the failing part, where it fails, and a domain that works."""
 

@@ -1,4 +1,4 @@
-"""Issue 28, item 4: the build-time domain check (codegen/domain.py) on every piecewise form of the
+"""The build-time domain check (codegen/domain.py) on every piecewise form of the
 language: clamp, max, min, where, relu, abs (and sign, its derivative), comparisons as numbers,
 and/or/not. It crashed (exit 3) on acos(clamp(x, -1, 1)) (it tried to evaluate a Piecewise's
 (value, condition) pair while naming the failing part), on log(max(x, 0)) (a derivative's branch

@@ -1,4 +1,4 @@
-"""Issue 27: accurate, not just consistent. SymPy writes erfc(-u) as 2 - erfc(u) and log1p(c) of a
+"""Accurate, not just consistent. SymPy writes erfc(-u) as 2 - erfc(u) and log1p(c) of a
 number as log(1 + c); both cancel in floats, so the parser keeps each as written (expr.py).
 
 The probit log-likelihood log(erfc(-x/sqrt(2))/2) was 2 - erfc(x/sqrt(2)) inside: -inf below

@@ -1,4 +1,4 @@
-"""The expression language (contract section 1): what parses, to which SymPy object; what is refused,
+"""The expression language (docs/guide/specs.md): what parses, to which SymPy object; what is refused,
 with a message that says what to do; bounded work; and spec text never evaluated."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def refused(text: str, inputs=("x", "y"), params=("a",)) -> str:
 
 # What parses, and to what
 
-PIECEWISE = ("where", "min", "max", "clamp", "relu")  # contract v2, tested in test_branches.py
+PIECEWISE = ("where", "min", "max", "clamp", "relu")  # tested in test_branches.py
 SPECIAL = ["lgamma", "digamma", "polygamma", "erfinv", "xlogy", "sinc", "i0", "i0e", "i1", "i1e", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0"]
 SCIPY = ["jv", "yv", "iv", "kv", "ive", "kve", "expi", "expn", "gammainc", "gammaincc", "lambertw", "zeta", "fresnel_s", "fresnel_c", "airy_ai", "airy_ai_prime", "airy_bi", "airy_bi_prime", "struve", "ellipk", "ellipe"]
 

@@ -1,4 +1,4 @@
-"""External functions (contract v2, section 6): SciPy's special functions and a spec's declared
+"""External functions (docs/guide/externals.md): SciPy's special functions and a spec's declared
 externs, generated nested, checked against mpmath and finite differences; the order limit; the
 CPU round trip; vmap; a declared extern trained end to end; what is refused and how."""
 

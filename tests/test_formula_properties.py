@@ -1,4 +1,4 @@
-"""Properties of every formula a plan prints, over the random trees of test_properties.py (issue 12,
+"""Properties of every formula a plan prints, over the random trees of test_properties.py (
 point 11), checked on the plan (no code is rendered or run, so many trees fit in a few seconds):
 
 - no product both multiplies by b**e (e not a number) and divides by b: SymPy's p*x**p/x is

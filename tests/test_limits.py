@@ -230,7 +230,7 @@ def test_a_limit_of_zero_is_no_limit_and_a_negative_one_is_refused(tmp_path):
         assert refused.returncode == 2 and option in refused.stderr
 
 
-# --- auto leaves out a candidate over a limit (issue 12, point 4) ------------------------------------
+# --- auto leaves out a candidate over a limit --------------------------------------------------
 
 TRIPLE_EXP = "name: triple_exp\nexpr: exp(exp(exp(x)))\ninputs: [x]\norder: 6\ndomain: {x: [-1, 0.5]}\n"
 
@@ -322,11 +322,11 @@ def test_a_candidate_over_its_share_of_the_time_leaves_the_rest_to_the_others():
     assert signal.getitimer(limits.TIMER) == (0.0, 0.0)
 
 
-# --- real three-input functions at order 3 build at the defaults (issue 12, point 13) ---------------
+# --- real three-input functions at order 3 build at the defaults ------------------------------
 
 ANI_PARAMS = {"zeta": 32.0, "ShfZ": 0.19634954, "EtaA": 8.0, "ShfA": 0.9, "Rc": 3.5}
 # TorchANI's angular AEV term: nested at order 3, its level 3 holds 18,789 nodes as written here,
-# 17,801 in TorchANI's own spelling (2 * ((1 + cos(theta - ShfZ))/2)**zeta * ...); issue 12 reported
+# 17,801 in TorchANI's own spelling (2 * ((1 + cos(theta - ShfZ))/2)**zeta * ...); once reported as
 # 22,246 for a spelling not reproduced here: the old default of 20,000 had no room for what a spelling changes
 ANI_ANGULAR = (
     "name: ani_angular\n"
@@ -403,7 +403,7 @@ BLACK_SCHOLES = (
 @pytest.mark.slow
 @pytest.mark.fresh_build
 def test_black_scholes_in_price_and_volatility_builds_nested_at_order_3_at_the_defaults(tmp_path):
-    """Issue 29: a Black-Scholes call price in (S, sigma) under nested at order 3 exceeded the time
+    """A Black-Scholes call price in (S, sigma) under nested at order 3 exceeded the time
     limit; it builds at the defaults, its Greeks to order 3 those of autograd through the formula."""
     import torch
     from helpers import assert_chains_close, derivative_chain, sample
@@ -423,7 +423,7 @@ def test_black_scholes_in_price_and_volatility_builds_nested_at_order_3_at_the_d
 @pytest.mark.slow
 @pytest.mark.fresh_build
 def test_so3_exp_map_builds_at_the_defaults_and_is_rodrigues_rotation(tmp_path):
-    """Issue 29: PyTorch3D's so3_exp_map (nine outputs, order 2, auto) exceeded the time limit; it
+    """PyTorch3D's so3_exp_map (nine outputs, order 2, auto) exceeded the time limit; it
     builds at the defaults, its value is torch.matrix_exp of the skew matrix and its first
     derivatives are autograd's through it."""
     import torch

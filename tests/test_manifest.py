@@ -1,4 +1,4 @@
-"""A build owns exactly the files it wrote (issue 28 items 5-7, issue 29 item 7).
+"""A build owns exactly the files it wrote.
 
 ``OUT/.dbgen-manifest.json`` records them (body hashes, the tests folder, the folders builds
 created); ``check`` and ``--prune`` go by it: another build's output inside OUT is never an orphan,

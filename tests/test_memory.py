@@ -1,4 +1,4 @@
-"""The memory promise for any spec (issue 12, point 5): the default build (``auto``) never saves more
+"""The memory promise for any spec : the default build (``auto``) never saves more
 for backward than autograd through the expression as written, at W2 (forward) and W3 (forward and
 the first backward with create_graph), falling back from the cheapest candidate to one that keeps
 it (codegen/memory.py).

@@ -74,7 +74,7 @@ def test_a_chain_without_calls_is_the_tutorials_cube():
 
 @pytest.mark.parametrize("path", budget(EXAMPLES, ids=[p.stem for p in EXAMPLES]))
 def test_nested_and_auto_save_no_more_than_autograd_through_the_composed_expression(path, tmp_path):
-    """Issue 5's memory target, at W2 and W3: the default build (auto) and nested, on every example
+    """The memory target, at W2 and W3: the default build (auto) and nested, on every example
     (tests/test_memory.py holds auto to it on random specs)."""
     spec = pipeline.load_spec(path, path.name)
     subject = bench.make_subject(spec, ["auto", "nested"], tmp_path)

@@ -1,4 +1,4 @@
-"""Issue 28, item 4: no internal error (exit 3) on any spec the language accepts.
+"""No internal error (exit 3) on any spec the language accepts.
 
 Hypothesis draws specs that load: expressions over the whole language with no care for domains
 (log(x - 2), acos(clamp(x, -1, 1)), 1/(x - x), where(y < 0, sqrt(x), x)), the piecewise forms
@@ -104,7 +104,7 @@ def build_through_the_cli(spec: dict) -> tuple[int, str]:
     return result.returncode, result.stderr
 
 
-# Internal errors this test found in code outside the domain check and bench (issue 28, item 4),
+# Internal errors this test found in code outside the domain check and bench,
 # still open: the spec that shows each, and its line on stderr. The property passes over an
 # example that ends in one (a hypothesis event says so); test_known_internal_errors_are_still_open
 # fails (strict xfail) once one is fixed, so that its entry is removed here.
@@ -159,7 +159,7 @@ def assert_no_internal_error(spec: dict, known_bugs_pass: bool = True) -> None:
         assert stderr.strip(), f"exit {code} without a message:\n{shown}"
 
 
-# Found while writing this test (issue 28, item 4): the domain check crashed on these.
+# Found while writing this test: the domain check crashed on these.
 @example(spec={"name": "f", "expr": "acos(clamp(x, -1, 1))", "inputs": ["x"], "order": 2})
 @example(spec={"name": "f", "expr": "log(max(x, 0))", "inputs": ["x"], "order": 2})
 @example(spec={"name": "f", "expr": "where(y < 0, sqrt(x), x)", "inputs": ["x", "y"], "order": 2})

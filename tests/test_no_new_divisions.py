@@ -1,4 +1,4 @@
-"""Issue 12, point 11: no derivative formula divides by a value the function does not divide by,
+"""No derivative formula divides by a value the function does not divide by,
 and every formula a plan prints, at every level of every strategy, is stable.
 
 SymPy differentiates x**p (p a param) into p*x**p/x: 0*inf = NaN at x = 0, where autograd through

@@ -1,4 +1,4 @@
-"""Issue 27: accurate, not just consistent. Where the true derivative is a finite float, the generated
+"""Accurate, not just consistent. Where the true derivative is a finite float, the generated
 one is too, at every order up to 3 (the generated Function's own levels, then autograd through them).
 
 A. MACE's polynomial envelope, 1 - (p + 1)(p + 2)/2 d**p + p(p + 2) d**(p + 1) - p(p + 1)/2 d**(p + 2)

@@ -1,4 +1,4 @@
-"""Removable singularities (issue 27, item 5; codegen/series.py): sin(x)/x and its kin are exact at
+"""Removable singularities (codegen/series.py): sin(x)/x and its kin are exact at
 and near their point at every order up to the spec's, NaN-free at the point itself, and formulas
 without such a point are left as they are.
 

@@ -1,4 +1,4 @@
-"""Numbers in specs (issue 28): YAML 1.2 numbers, constants that are exactly 0, constants of any size.
+"""Numbers in specs: YAML 1.2 numbers, constants that are exactly 0, constants of any size.
 
 - Spec numbers are read as YAML 1.2's core schema reads them (010 is 10, 1e3 is 1000.0, 0o17 and
   0x1F are 15 and 31); YAML 1.1's other number forms (1:30, 0b101, 0x_1F, 1_000) are refused at

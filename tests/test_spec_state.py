@@ -1,4 +1,4 @@
-"""Generated tests fail when the spec beside them has changed since the build (issue 29): tests
+"""Generated tests fail when the spec beside them has changed since the build: tests
 that pass against an edited, unbuilt spec (order 2 -> 3: all passed) are no evidence."""
 
 from __future__ import annotations

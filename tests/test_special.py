@@ -1,4 +1,4 @@
-"""Special functions (contract v2, section 1; codegen/special.py): derivative tables, the generated
+"""Special functions (codegen/special.py): derivative tables, the generated
 module's ``_Special`` at and near 0 to every order, against mpmath, and misuse errors.
 
 Random trees with special functions are in test_properties.py; every function under a strategy in

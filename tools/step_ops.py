@@ -5,7 +5,7 @@
 Below about 2**14 elements an op costs its dispatch (2-4 us on this machine's CPU) more than its
 arithmetic, so a step's time follows this count: where dbgen runs more ops than autograd
 through the composed formula, it is slower at those sizes whatever the op mix. Each configuration
-runs the smallest size of ``python -m benchmarks``; counts do not depend on the size. Issue 15's
+runs the smallest size of ``python -m benchmarks``; counts do not depend on the size. The workload suite's
 closing note quotes it. Run from the repository root.
 """
 

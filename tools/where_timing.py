@@ -7,7 +7,7 @@ The composition is the spec's expression exactly as written, in torch ops (``mem
 untaken branch is singular; the generated module (``auto``) guards those branches. W3 is the forward,
 the first gradients with create_graph=True and the gradients of those (``dbgen bench``'s workload),
 timed on one thread, interleaved, median of the repeats; the table also counts the NaN each gives.
-Run from the repository root (issue 14's closing note quotes it).
+Run from the repository root.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ per Function (``ok``, ``wrong`` at some order, ``limited``, or ``unchecked`` whe
 checked) -> report (a table, or JSON) and, where ``--expr`` agrees with an elementwise Function at
 every order, the spec that replaces it (``replacement``). ``run`` imports and audits each target in
 a worker process with a time limit (``isolation``): one that exits, hangs or crashes is reported as
-such and the others still are. Contract v2, section 7.
+such and the others still are. docs/guide/audit.md is the user's account.
 """
 
 from __future__ import annotations

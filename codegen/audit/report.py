@@ -29,7 +29,7 @@ _FUNC = tuple(name for name in TRANSFORMS if name != "compile")
 
 
 def as_json(audits: Sequence[Audit]) -> str:
-    """The contract's JSON: function, verdict (ok, wrong, limited, or unchecked where the audit could
+    """The JSON report (docs/guide/audit.md): function, verdict (ok, wrong, limited, or unchecked where the audit could
     not check it: summary says why), wrong_at_order, findings (file, line, message), and each
     check's status and reason."""
     return json.dumps([{
