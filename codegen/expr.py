@@ -182,11 +182,21 @@ _NODE_TEXT = {
 
 
 def parse_expr(text: str, inputs: tuple[str, ...] | None, params: tuple[str, ...] | None, externs=()) -> sympy.Expr:
-    """Parse ``text`` into a real SymPy expression of the given input and param symbols.
+    """An expression of the spec language as SymPy, through an ``ast`` allow-list: no code runs.
 
-    ``inputs`` or ``params`` None means they are not known (missing or invalid in the spec): every
-    name is then taken for a symbol, so that everything else in the expression is still checked.
-    ``externs``: the spec's declared functions (``spec.Extern``), callable like the language's.
+    Args:
+        text: the expression, as the spec writes it.
+        inputs: the input names; None where they are not known (missing or invalid in the spec):
+            every name is then taken for a symbol, so that the rest of the expression is checked.
+        params: the param names; None as for ``inputs``.
+        externs: the spec's declared functions (``spec.Extern``), callable like the language's.
+
+    Returns:
+        A real SymPy expression in symbols named as the inputs and params.
+
+    Raises:
+        ExprError: what is wrong, in the words of the language (a name not defined, an arity, a
+            size past the bounds).
     """
     return _parse(text, inputs, params, declared_functions(tuple(externs)) if externs else {})
 

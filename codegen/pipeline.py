@@ -97,21 +97,32 @@ def generate(
     line_length: int | None = None,
     strict: bool = False,
 ) -> dict[str, str]:
-    """Relative output path -> file content for every spec under ``specs_path`` (one path or
-    several); all or nothing.
+    """Every spec under ``specs_path`` generated: its module and test files, all or nothing.
 
-    ``rewrite=False`` (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
-    ``fuse=True`` (``--fuse``) sets ``fuse: true`` on every spec. ``jobs`` > 1 generates specs in that many processes. With ``reuse_from``, a spec whose files
-    there already carry its header (same spec hash, version and options) and are as dbgen wrote
-    them (their body hash matches) is not generated again: its files are read back. ``on_spec(spec,
-    seconds, notes=())`` is called as each spec is done (``seconds`` is None for a spec reused as up
-    to date; ``notes``: the candidates auto left out or passed over, ``ModulePlan.notes``),
-    for progress and --verbose lines. ``limits`` bounds each spec's symbolic work (``--time-limit``,
-    ``--size-limit``; see ``limits.py``). ``tests`` places the tests (``tests_layout``; default OUT/tests).
-    ``line_length``: what the code is wrapped and formatted to; None: the project's
-    (``config.line_length`` from ``root``, else the current folder). ``on_spec`` also receives
-    ``warnings``: the orders the accuracy oracle (accuracy.py) found losing more bits than its
-    bound; with ``strict`` (``--strict``) they are problems and nothing is written.
+    Args:
+        specs_path: a spec file or folder, or several.
+        root: the project's folder, which the generated headers' spec paths are relative to.
+        rewrite: False (``--no-rewrite``) prints formulas exactly as SymPy differentiates them.
+        jobs: more than 1 generates specs in that many processes.
+        reuse_from: the output folder; a spec whose files there carry the header a build would
+            write (same spec hash, version and options) and are as dbgen wrote them (their body
+            hash matches) is read back, not generated again.
+        fuse: True (``--fuse``) sets ``fuse: true`` on every spec.
+        on_spec: ``on_spec(spec, seconds, notes=(), warnings=())`` as each spec is done, for
+            progress and --verbose lines: ``seconds`` None for a spec read back; ``notes`` the
+            candidates auto left out or passed over (``ModulePlan.notes``); ``warnings`` the orders
+            the accuracy oracle (accuracy.py) found losing more bits than its bound.
+        limits: each spec's bound on symbolic work (``--time-limit``, ``--size-limit``; limits.py).
+        tests: where the tests go (``tests_layout``); None: OUT/tests.
+        line_length: what the code is wrapped and formatted to; None: the project's
+            (``config.line_length`` from ``root``, else the current folder).
+        strict: ``--strict``: an accuracy warning is a problem, and nothing is generated.
+
+    Returns:
+        Relative output path -> file content (headers sealed), for ``write.commit``.
+
+    Raises:
+        SpecErrors: every problem of every spec, each at its file and line.
     """
     paths = discover(specs_path)
     try:

@@ -195,12 +195,25 @@ def _suffixed(base: str):
 
 
 def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
-    """The plan for ``spec``, whose formula is ``expr`` (a tuple of them, one per output, for a
-    vector-valued spec); ``stable`` rewrites each formula about to be printed (rewrite.py).
+    """What each generated Function of ``spec`` computes, saves and returns.
 
     ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
-    every criterion of ``accept`` takes ((name, plan -> None or why not) pairs: in a build the
-    memory bound, then the accuracy bound); ``_ranked_choice`` says which where none does.
+    every criterion of ``accept`` takes; ``_ranked_choice`` says which where none does.
+
+    Args:
+        spec: the loaded spec (its strategy, order, inputs, params, outputs).
+        expr: its formula, guarded (branches.guard) and split at removable singularities
+            (series.removable); a tuple of them, one per output, for a vector-valued spec.
+        stable: rewrites each formula about to be printed (rewrite.stabilize; ``identity`` for
+            ``--no-rewrite``).
+        accept: (name, plan -> None or why not) pairs, in rank order: in a build the memory
+            bound, then the accuracy bound.
+
+    Returns:
+        A ``ModulePlan``: the strategy taken and why, its Functions, the docstring's derivatives.
+
+    Raises:
+        limits.NoCandidateFits: no candidate of auto within the time and size limits.
     """
     exprs = expr if isinstance(expr, tuple) else (expr,)
     inputs = tuple(sympy.Symbol(name, real=True) for name in spec.inputs)

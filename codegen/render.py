@@ -168,6 +168,16 @@ def ruff_formatted(code: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
 
 
 def render_module(plan: ModulePlan, digest: str) -> str:
+    """The generated module's source.
+
+    Args:
+        plan: what each Function computes, saves and returns (``plan.make_plan``).
+        digest: the spec's hash with the options (``Spec.digest``), for the header.
+
+    Returns:
+        The module's text, ruff-formatted at the spec's line length, without its seal line
+        (``provenance.seal`` adds it when the file is written).
+    """
     spec = plan.spec
     printers: list[TorchPrinter] = []
     views = [_function_view(fn, plan, printers) for fn in plan.functions]
@@ -322,8 +332,17 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
 
 
 def render_tests(plan: ModulePlan, digest: str, measured=None) -> str:
-    """The test file of ``plan``'s module; ``measured`` (an ``accuracy.Report``) gives it the
-    exact values to check (its ``table``)."""
+    """The pytest file of ``plan``'s module.
+
+    Args:
+        plan: the module's plan, as ``render_module`` takes it.
+        digest: as ``render_module``'s.
+        measured: the build's ``accuracy.Report``: its ``table`` of exact values (mpmath) the
+            tests check, within the bound in bits; None: no such test.
+
+    Returns:
+        The test file's text, ruff-formatted, without its seal line.
+    """
     spec = plan.spec
     value, printer = composed_code(plan)
     declared, declared_printer = _declared_references(plan)

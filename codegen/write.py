@@ -283,13 +283,25 @@ def write_files(out: Path, files: dict[str, str]) -> list[str]:
 
 
 def commit(out: Path, files: dict[str, str], prune: bool = False, tests: str | None = None) -> Commit:
-    """Make ``out`` hold ``files`` (relative path -> text), all or nothing (module docstring);
-    with ``prune``, also delete the orphans that are as dbgen wrote them (``find_orphans``), then
-    the folders this leaves empty: inside ``out`` any, outside it those a build created.
+    """Make ``out`` hold ``files``, all or nothing (module docstring).
 
-    ``tests`` is the build's tests folder relative to ``out`` (``TestsLayout.folder``): given (the
-    CLI always gives it), the manifest is brought up to date; None writes none (a caller writing
-    plain files)."""
+    Args:
+        out: the output folder (created if missing).
+        files: relative path -> text (``pipeline.generate``'s result).
+        prune: also delete the orphans that are as dbgen wrote them (``find_orphans``), then the
+            folders this leaves empty: inside ``out`` any, outside it those a build created.
+        tests: the build's tests folder relative to ``out`` (``TestsLayout.folder``): given (the
+            CLI always gives it), the manifest is brought up to date; None writes none (a caller
+            writing plain files).
+
+    Returns:
+        A ``Commit``: the files written, those pruned, and the orphans kept (edited by hand, or in
+        no manifest).
+
+    Raises:
+        OSError: a write that failed; every step done was undone first.
+        signals.Interrupted: SIGINT or SIGTERM during the swap; every step done was undone first.
+    """
     manifest = read_manifest(out)
     if tests is not None and (out / MANIFEST_NAME).is_dir() and not (out / MANIFEST_NAME).is_symlink():
         raise IsADirectoryError(errno.EISDIR, "is a folder, not dbgen's manifest", str(out / MANIFEST_NAME))
