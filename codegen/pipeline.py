@@ -13,6 +13,7 @@ import posixpath
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from . import __version__, config
 from . import limits as bounds
@@ -290,18 +291,19 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     from .rewrite import identity, stabilize
 
     formulas = _guarded_formulas(spec, rewrite)
-    guarded = tuple(formula for _, formula in formulas)
-    checked = not check_domain or all(_domain_checked(spec, formula, key) for key, formula in formulas)
+    guarded = tuple(formula.planned for formula in formulas)
+    shown = tuple(formula.shown for formula in formulas)
+    checked = not check_domain or all(_domain_checked(spec, f.planned, f.key) for f in formulas)
     accurate = AccuracyBound(spec)
-    plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=_criteria(accurate))
+    plan = make_plan(spec, guarded, stabilize if rewrite else identity, accept=_criteria(accurate), shown=shown)
     report = accurate.reports.get(plan.strategy)
     if rewrite and _over_in_tanhs_tails(plan, report):
-        plan, report = _with_exact_tails(spec, guarded, plan, report)
+        plan, report = _with_exact_tails(spec, guarded, shown, plan, report)
     if not checked:
         from . import domain
 
-        for key, formula in formulas:
-            domain.check(spec, formula, key)
+        for formula in formulas:
+            domain.check(spec, formula.planned, formula.key)
     return plan, report
 
 
@@ -313,25 +315,44 @@ def _criteria(accurate: AccuracyBound):
     return (("the memory bound", excess), ("the accuracy bound", accurate.refusal))
 
 
-def _guarded_formulas(spec: Spec, rewrite: bool = True):
-    """(key, formula) per formula of ``spec``, as planning takes them: removable singularities split
-    (series.py), branches guarded (branches.py)."""
+class GuardedFormula(NamedTuple):
+    """One formula of a spec as planning takes it (``planned``: flat exponentials cut where they
+    underflow, removable singularities split, branches guarded) and as the docstrings and the
+    tests' reference write it (``shown``: without the cuts, which are not the user's formula)."""
+
+    key: str
+    planned: object
+    shown: object
+
+
+def _guarded_formulas(spec: Spec, rewrite: bool = True) -> tuple[GuardedFormula, ...]:
+    """Per formula of ``spec`` (underflow.py, series.py, branches.py), in the spec's order."""
+    import sympy
+
     from .branches import guard
     from .expr import spec_formulas
     from .external import bessel_powers
     from .rewrite import identity
     from .series import removable
+    from .underflow import cut_underflows
 
     whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
-    return tuple((key, guard(removable(whole(formula), spec), spec)) for key, formula in spec_formulas(spec))
+    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+    guarded = []
+    for key, formula in spec_formulas(spec):
+        written = whole(formula)
+        cut = cut_underflows(written, inputs)
+        planned = guard(removable(cut, spec), spec)
+        guarded.append(GuardedFormula(key, planned, planned if cut is written else guard(removable(written, spec), spec)))
+    return tuple(guarded)
 
 
 def check_finite(spec: Spec) -> None:
     """Raise SpecErrors where the function or a derivative up to the spec's order is not finite
     somewhere on its domain, as ``build`` refuses it (domain.py): what ``dbgen new`` checks before
     it writes a spec. A check that meets a size or time limit passes here; the build reports it."""
-    for key, formula in _guarded_formulas(spec):
-        _domain_checked(spec, formula, key)
+    for formula in _guarded_formulas(spec):
+        _domain_checked(spec, formula.planned, formula.key)
 
 
 def _over_in_tanhs_tails(plan, report) -> bool:
@@ -347,7 +368,7 @@ def _over_in_tanhs_tails(plan, report) -> bool:
     return any(value.has(sympy.tanh, Sech2) for value in values)
 
 
-def _with_exact_tails(spec: Spec, guarded, plan, report):
+def _with_exact_tails(spec: Spec, guarded, shown, plan, report):
     """The plan with tanh's derivative as sigmoids (``rewrite.stabilize_tails``) where that one is
     within the accuracy bound at every order, else ``plan``: the sigmoids cost about four kernels
     where ``tanh_backward`` takes one, paid only where the domain reaches the tails."""
@@ -357,7 +378,7 @@ def _with_exact_tails(spec: Spec, guarded, plan, report):
     from .rewrite import stabilize_tails
 
     accurate = AccuracyBound(spec)
-    exact = make_plan(spec, guarded, stabilize_tails, accept=_criteria(accurate))
+    exact = make_plan(spec, guarded, stabilize_tails, accept=_criteria(accurate), shown=shown)
     exact_report = accurate.reports.get(exact.strategy)
     if exact_report is None or exact_report.over_bound():  # measured only where within the memory bound
         return plan, report

@@ -194,7 +194,7 @@ def _suffixed(base: str):
         yield f"{base}_{i}"
 
 
-def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
+def make_plan(spec: Spec, expr, stable=stabilize, accept=(), shown=None) -> ModulePlan:
     """What each generated Function of ``spec`` computes, saves and returns.
 
     ``auto`` ranks its candidates by estimated cost (``choose_strategy``) and takes the first that
@@ -208,6 +208,8 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
             ``--no-rewrite``).
         accept: (name, plan -> None or why not) pairs, in rank order: in a build the memory
             bound, then the accuracy bound.
+        shown: the formulas the docstrings, ``dbgen show`` and the tests' reference write, where
+            they differ from ``expr`` (underflow.py's cuts); None: ``expr``.
 
     Returns:
         A ``ModulePlan``: the strategy taken and why, its Functions, the docstring's derivatives.
@@ -226,13 +228,14 @@ def make_plan(spec: Spec, expr, stable=stabilize, accept=()) -> ModulePlan:
     else:
         candidates, dropped = {spec.strategy: _functions(spec, spec.strategy, exprs, inputs, stable, spec.order)}, {}
     labels = tuple(name for name, _ in spec.outputs) or ("f",)
-    derivatives, more = _documented_derivatives(_outputs(labels, exprs), inputs, spec.order)
+    shown = exprs if shown is None else shown
+    derivatives, more = _documented_derivatives(_outputs(labels, shown), inputs, spec.order)
 
     def module_plan(strategy: str, reason: str) -> ModulePlan:
         functions, local_names = candidates[strategy]
         return ModulePlan(
             spec=spec,
-            exprs=exprs,
+            exprs=shown,
             strategy=strategy,
             reason=reason,
             functions=functions,
@@ -888,7 +891,8 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
     if isinstance(value, branches.Masked):  # a value where its branch is taken, else 0
         return f"masked_{_part(value.args[0], depth)}"
     if isinstance(value, sympy.core.relational.Relational):
-        left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) for side in (value.lhs, value.rhs))
+        left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) or ("bound" if side.is_Float else None)
+                       for side in (value.lhs, value.rhs))
         word = _RELATION_WORDS[value.rel_op]
         return f"{left}_{word}_{right}" if left and right else None
     if isinstance(value, sympy.Function) and len(value.args) == 1:

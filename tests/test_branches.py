@@ -205,8 +205,10 @@ def test_generated_code_guards_the_branch_and_reads_as_written(tmp_path):
     module = build_spec(tmp_path, name="sus", expr="where(x > 0, exp(-1/x), 0)", inputs=["x"], order=2)
     source = (tmp_path / "out" / "sus.py").read_text()
     assert "sus(x) = where(x > 0, exp(-1/x), 0)" in source  # the docstring shows the spec's formula
-    assert "torch.where(x_gt_0, x, 1.0)" in source  # the branch runs on a safe x where it is not taken
-    assert "x_gt_0 = x > 0" in source  # one mask, for the guard and for the choice
+    # exp(-1/x) is 0 below x = 0.0005 (underflow.py): the branch starts there, and runs on a safe x
+    # (the bound itself) where it is not taken; one mask, for the guard and for the choice
+    assert "torch.clamp(x, min=0.0005)" in source
+    assert "x_ge_bound = x >= 0.0005" in source
     assert "Guard" not in source
     assert module.sus(torch.tensor([-1.0, 1.0])).tolist() == pytest.approx([0.0, math.exp(-1)])
 
@@ -245,8 +247,8 @@ def _printed(tmp_path, **spec) -> str:
 def test_a_choice_with_zero_is_a_product_with_its_mask(tmp_path):
     """torch.where costs 8.3 products on a random mask on CPU; the guarded value is finite where it
     is not taken, so ``value * (x > 0)`` is the same choice at a quarter of the cost."""
-    source = _printed(tmp_path, expr="where(x > 0, exp(-1/x), 0)")
-    assert "out = exp_neg_inv_safe_x * x_gt_0" in source
+    source = _printed(tmp_path, expr="where(x > 0, log(x), 0)")
+    assert "out = torch.log(safe_x) * x_gt_0" in source
     assert source.count("torch.where(") == source.count("torch.where(x_gt_0, x, 1.0)")  # the guards alone
 
 

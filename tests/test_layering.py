@@ -21,7 +21,7 @@ STAGES = (
               "codegen.console", "codegen.language", "codegen.formula"}),
     ("language", {"codegen.special", "codegen.external", "codegen.expr"}),
     ("spec", {"codegen.native", "codegen.spec", "codegen.schema", "codegen.config"}),
-    ("derive", {"codegen.symbolic", "codegen.domain", "codegen.series", "codegen.branches", "codegen.rewrite",
+    ("derive", {"codegen.symbolic", "codegen.domain", "codegen.series", "codegen.branches", "codegen.rewrite", "codegen.underflow",
                 "codegen.param_values"}),
     ("plan", {"codegen.cost", "codegen.plan"}),
     ("emit", {"codegen.printer", "codegen.render"}),

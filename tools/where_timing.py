@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2**20)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--strategy", default="auto", help="the generated module's strategy")
+    parser.add_argument("--strategy", default=None,
+                        help="the generated module's strategy (default: the spec's own, auto where it sets none)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     specs = {spec.name: spec for spec in bench.load_specs(Path("specs")) if spec.name in PIECEWISE}
@@ -40,8 +41,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in PIECEWISE:
             spec = specs[name]
-            subject = bench.make_subject(spec, (args.strategy,), Path(tmp))
-            generated = next(c.fn for c in subject.candidates if c.label == args.strategy)
+            strategy = args.strategy or spec.strategy
+            subject = bench.make_subject(spec, (strategy,), Path(tmp))
+            generated = next(c.fn for c in subject.candidates if c.label == strategy)
             written = memory.written_function(spec)
             inputs = bench.make_inputs(spec, args.size, getattr(torch, args.dtype))
             times = {"generated": [], "where": []}
