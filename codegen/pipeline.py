@@ -332,11 +332,13 @@ def _guarded_formulas(spec: Spec, rewrite: bool = True) -> tuple[GuardedFormula,
     from .branches import guard
     from .expr import spec_formulas
     from .external import bessel_powers
-    from .rewrite import identity
+    from .rewrite import identity, inverse_hyperbolics
     from .series import removable
     from .underflow import cut_underflows
 
-    whole = bessel_powers if rewrite else identity  # --no-rewrite: the derivatives as SymPy writes them
+    def whole(formula):  # --no-rewrite: the derivatives as SymPy writes them
+        return inverse_hyperbolics(bessel_powers(formula)) if rewrite else identity(formula)
+
     inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
     guarded = []
     for key, formula in spec_formulas(spec):

@@ -21,6 +21,7 @@ from codegen.rewrite import (
     RULES,
     factored,
     for_differentiation,
+    inverse_hyperbolics,
     kinds,
     may_match,
     stabilize,
@@ -257,3 +258,24 @@ def test_power_polynomials_over_floats_and_calls_are_left_as_they_are():
     base = 1 + x**2
     formula = 0.5 * sympy.cos(x) * base**y - 0.25 * sympy.sin(x) * base ** (y + 1)
     assert stabilize(formula) == formula
+
+
+@pytest.mark.parametrize(("text", "written"), [
+    ("log(x + sqrt(x**2 + 1))", "asinh(x)"),
+    ("log(sqrt(1 + x**2) + x)", "asinh(x)"),
+    ("log(2*x + sqrt(4*x**2 + 1))", "asinh(2*x)"),
+    ("log(x + sqrt(x**2 - 1))", "acosh(x)"),
+    ("log(x + sqrt(x**2 + 2))", None),  # asinh(x/sqrt(2)) + log(sqrt(2)): not written so
+    ("log(x + sqrt(x**2 + 1) + 1)", None),
+])
+def test_inverse_hyperbolics_are_written_as_such_and_equal_where_real(text, written):
+    expr = parse_expr(text, NAMES, ())
+    rewritten = inverse_hyperbolics(expr)
+    if written is None:
+        assert rewritten == expr
+        return
+    assert rewritten == parse_expr(written, NAMES, ())
+    x = sympy.Symbol("x", real=True)
+    for point in (1.5, 3.0, 1e3) if "acosh" in written else (-1e5, -2.0, 0.0, 0.7, 1e5):
+        exact = sympy.N(expr.subs(x, sympy.Rational(point)), 50)  # the log as written, in 50 digits
+        assert float(rewritten.subs(x, point)) == pytest.approx(float(exact), rel=1e-15)
