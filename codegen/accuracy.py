@@ -489,6 +489,9 @@ class Report:
     table: tuple = ()  # ExactRow: the generated tests' exact values
     limited_by: tuple[str, ...] = ()  # torch functions whose own error the figures include
     scipy_bits: float = 0.0  # SciPy's own float64 error in the functions called (``scipy_bits``)
+    # float64 points where autograd through the composed expression is (True) or is not (False)
+    # within a tenth of the generated tests' tolerance of the truth at every order (``_as_reference``)
+    reference_points: tuple = ()
 
     def bound(self, dtype: str) -> float:
         """The excess allowed in ``dtype``: the bound, plus SciPy's own error in float64 (SciPy
@@ -656,6 +659,19 @@ class Oracle:
                                         [value for _, value in self.spec.params])
         return self._truths[dtype]
 
+    def _reference_points(self, plan, points) -> tuple:
+        """``_as_reference`` of the generated tests' own reference (``memory.composed_function``:
+        the formula as SymPy prints it, its branches guarded) at the float64 points; () where torch
+        cannot differentiate it."""
+        from .memory import composed_function
+
+        spec = self.spec
+        try:
+            values = autograd_values(composed_function(plan), points, "float64", spec.order, len(self.exprs), spec.stack)
+        except Exception:  # noqa: BLE001 - torch cannot run it: the tests compare nowhere then
+            return ()
+        return tuple(_as_reference(self.partials, self.truths("float64"), values, points))
+
     def measure(self, plan, composed: bool = True, source: str | None = None) -> Report:
         """The ``Report`` on ``plan`` (a plan of this spec), as ``measure`` describes it."""
         from .memory import module_function, written_function
@@ -666,7 +682,7 @@ class Oracle:
             subjects["autograd"] = written_function(spec)
         names = (spec.inputs, [name for name, _ in spec.outputs] or [spec.name])
         results: dict[str, list[Figures]] = {name: [] for name in subjects}
-        samples, table = [], []
+        samples, table, reference = [], [], ()
         for dtype in self.dtypes:
             points = self._points[dtype]
             per_subject = {}
@@ -686,9 +702,32 @@ class Oracle:
                 continue  # a param that torch refuses as a scalar of this dtype (1e300 in float32)
             samples.extend(_samples(self.partials, self.truths(dtype), per_subject, points, dtype, names))
             table.extend(_table(self.partials, self.truths(dtype), per_subject["dbgen"], points, dtype))
+            if dtype == "float64" and composed:
+                reference = self._reference_points(plan, points)
         return Report(spec.name, spec.path, self.sampled, tuple(results["dbgen"]),
                       tuple(results["autograd"]) if "autograd" in results else None, tuple(samples), tuple(table),
-                      limited_by([p.formula for p in self.partials]), self.scipy_bits)
+                      limited_by([p.formula for p in self.partials]), self.scipy_bits,
+                      reference)
+
+
+# The generated tests compare with autograd through the composed expression at rtol 1e-7, atol 1e-9
+# (float64): a point is a reference where autograd is within a tenth of that of the truth.
+REFERENCE_RTOL, REFERENCE_ATOL = 1e-8, 1e-10
+
+
+def _as_reference(partial_list, truths, values, points):
+    """(point, whether autograd's values there are within REFERENCE_RTOL and REFERENCE_ATOL of the
+    truth at every partial) per float64 point: NaN or inf where the truth is finite is not."""
+    for p, point in enumerate(points):
+        close = True
+        for partial, row in zip(partial_list, truths):
+            truth = row[p].value
+            if truth is None:
+                continue
+            got = values[(partial.output, partial.index)][p]
+            close = close and math.isfinite(got) and abs(got - float(truth)) <= (
+                REFERENCE_RTOL * abs(float(truth)) + REFERENCE_ATOL)
+        yield point, close
 
 
 def _refused_scalar(spec, dtype: str) -> bool:
@@ -735,6 +774,77 @@ def _unguarded(spec) -> list[sympy.Expr]:
 
     return [external.bessel_powers(formula) for _, formula in spec_formulas(spec)]
 
+
+
+def reference_domain(reports: Sequence[Report], domain: dict) -> dict | None:
+    """Where the generated tests compare with autograd through the composed expression: input ->
+    the intervals inside its domain where that was a reference (``_as_reference``) at each of the
+    reports' float64 points. None where it was at every point, or no report says.
+
+    The intervals are spanned by points measured good, never by unmeasured space. One input: each
+    run of consecutive good points (in x) with no bad one between them. Several: one box, shrunk
+    from the face nearest each bad point, the points farthest from its centre first (bad tails are
+    cut off, the middle kept), then to the good points left in it. Intervals that together span a
+    thousandth of the domain or less are none (None: the tests compare on the whole domain, and a
+    failure there is the reference's).
+    """
+    good, bad = set(), set()
+    for report in reports:
+        for point, close in report.reference_points:
+            (good if close else bad).add(point)
+    good -= bad
+    if not bad or not good:
+        return None
+    names = list(domain)
+    if len(names) == 1:
+        found = {names[0]: _good_runs(good, bad)}
+    else:
+        box = _shrunk_box(good, bad, [domain[n] for n in names])
+        found = {name: [interval] for name, interval in zip(names, box)} if box else {}
+    if not found or any(sum(hi - lo for lo, hi in found[n]) <= 1e-3 * (domain[n][1] - domain[n][0]) for n in names):
+        return None
+    return {name: tuple(intervals) for name, intervals in found.items()}
+
+
+def _good_runs(good, bad) -> list[tuple[float, float]]:
+    """Each run of good points with no bad one between them, as (its first, its last), where it
+    spans more than one point."""
+    marked = sorted([(v, True) for (v,) in good] + [(v, False) for (v,) in bad])
+    runs, current = [], []
+    for value, is_good in [*marked, (math.inf, False)]:
+        if is_good:
+            current.append(value)
+            continue
+        if len(current) > 1:
+            runs.append((current[0], current[-1]))
+        current = []
+    return runs
+
+
+def _shrunk_box(good, bad, bounds) -> list[tuple[float, float]] | None:
+    """The box ``bounds`` cut past each bad point in it, farthest from the centre first, on the
+    side and axis that keep the most good points; then the good points' own box within it."""
+    box = [list(b) for b in bounds]
+    centre = [(lo + hi) / 2 for lo, hi in bounds]
+    widths = [(hi - lo) or 1.0 for lo, hi in bounds]
+
+    def inside(point, limits) -> bool:
+        return all(lo <= v <= hi for v, (lo, hi) in zip(point, limits))
+
+    for point in sorted(bad, key=lambda p: -max(abs(v - c) / w for v, c, w in zip(p, centre, widths))):
+        if not inside(point, box):
+            continue
+        cuts = []
+        for axis, v in enumerate(point):
+            for side, limit in ((0, math.nextafter(v, math.inf)), (1, math.nextafter(v, -math.inf))):
+                cut = [list(b) for b in box]
+                cut[axis][side] = limit
+                cuts.append((sum(inside(g, cut) for g in good), cut))
+        box = max(cuts, key=lambda found: found[0])[1]
+    kept = [p for p in good if inside(p, box)]
+    if not kept:
+        return None
+    return [(min(p[k] for p in kept), max(p[k] for p in kept)) for k in range(len(box))]
 
 
 # -- what a person reads --------------------------------------------------------------------------

@@ -423,7 +423,7 @@ class AccuracyBound:
         if plan.strategy not in self.reports:
             if self._oracle is None:
                 self._oracle = accuracy.Oracle(plan.spec, BUILD_POINTS)
-            self.reports[plan.strategy] = self._oracle.measure(plan, composed=False)
+            self.reports[plan.strategy] = self._oracle.measure(plan)  # autograd's too: the tests' reference domain
         return self.reports[plan.strategy]
 
 
@@ -474,11 +474,39 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     module = render_module(plan, digest)
     if measured is None:  # a strategy the spec chose: measured here, outside the time limit
         measured = measured_accuracy(plan, module)
-    files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": render_tests(plan, digest, measured)}
+    reference = _reference_domain(plan, measured, module)
+    files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": render_tests(plan, digest, measured, reference)}
     return files, plan.notes, tuple(measured.warnings()) if measured else ()
 
 
 BUILD_POINTS = 64  # the accuracy oracle's points per dtype at build time (dbgen accuracy: 256)
+
+
+def _reference_domain(plan, measured, module: str) -> dict | None:
+    """Where the generated tests compare with autograd through the composed expression
+    (``accuracy.reference_domain``): measured at the params' defaults, and where that leaves out
+    part of the domain, at the other values the tests run too (whose bad tails lie elsewhere:
+    softplus(beta*x)/beta's scale with 1/beta)."""
+    from dataclasses import replace
+
+    import sympy
+
+    from . import accuracy
+    from .param_values import other_param_values
+
+    if measured is None:
+        return None
+    spec = plan.spec
+    domain = dict(spec.domain)
+    if accuracy.reference_domain([measured], domain) is None:
+        return None
+    formula = plan.expr if len(plan.exprs) == 1 else sympy.Add(*plan.exprs, evaluate=False)
+    other = other_param_values(formula, spec.params, spec.inputs, spec.domain)
+    reports = [measured]
+    if other:
+        at_other = replace(plan, spec=replace(spec, params=tuple((name, other[name]) for name, _ in spec.params)))
+        reports.append(accuracy.measure(at_other, BUILD_POINTS, source=module))
+    return accuracy.reference_domain(reports, domain)
 
 
 def measured_accuracy(plan, module: str):
@@ -488,7 +516,7 @@ def measured_accuracy(plan, module: str):
 
     if plan.spec.externs:
         return None
-    return accuracy.measure(plan, BUILD_POINTS, composed=False, source=module)
+    return accuracy.measure(plan, BUILD_POINTS, source=module)
 
 
 def reusable_files(out: Path, spec: Spec, digest: str, layout: TestsLayout | None = None) -> dict[str, str] | None:

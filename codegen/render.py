@@ -331,7 +331,7 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
     return False
 
 
-def render_tests(plan: ModulePlan, digest: str, measured=None) -> str:
+def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain: dict | None = None) -> str:
     """The pytest file of ``plan``'s module.
 
     Args:
@@ -339,6 +339,9 @@ def render_tests(plan: ModulePlan, digest: str, measured=None) -> str:
         digest: as ``render_module``'s.
         measured: the build's ``accuracy.Report``: its ``table`` of exact values (mpmath) the
             tests check, within the bound in bits; None: no such test.
+        reference_domain: input -> (lo, hi) where autograd through the composed expression is
+            accurate (``accuracy.reference_domain``), where the tests compare with it; None: the
+            whole domain.
 
     Returns:
         The test file's text, ruff-formatted, without its seal line.
@@ -370,6 +373,7 @@ def render_tests(plan: ModulePlan, digest: str, measured=None) -> str:
         order_limited=bool(plan.externals),
         declared=declared,
         exact=measured.table if measured else (),
+        reference_domain=reference_domain,
     ), spec.line_length)
 
 

@@ -8,7 +8,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import mpmath
@@ -468,3 +471,35 @@ def test_cli_table_json_and_exit_code(tmp_path):
     assert result.returncode == 1 and "OVER" in result.stdout and "dbgen mean/max" in result.stdout
     result = run_dbgen(["accuracy", str(good), "--dtype", "float16"], cwd=tmp_path)
     assert result.returncode == 2 and "--dtype" in result.stderr
+
+
+def _reported(points) -> accuracy.Report:
+    return accuracy.Report("f", "f.yaml", len(points), (), None, (), reference_points=tuple(points))
+
+
+def test_the_reference_domain_is_spanned_by_points_measured_good():
+    """Runs of good points between bad ones, never unmeasured space; none where all are good."""
+    points = [((x,), abs(x) < 12 and x != 3.0) for x in (-50.0, -20.0, -11.0, -1.0, 0.0, 2.0, 3.0, 4.0, 5.0, 30.0)]
+    domain = {"x": (-50.0, 50.0)}
+    assert accuracy.reference_domain([_reported(points)], domain) == {"x": ((-11.0, 2.0), (4.0, 5.0))}
+    assert accuracy.reference_domain([_reported([(p, True) for p, _ in points])], domain) is None
+    # a point bad at the other params is bad
+    other = _reported([((0.0,), False)])
+    assert accuracy.reference_domain([_reported(points), other], domain) == {"x": ((-11.0, -1.0), (4.0, 5.0))}
+    box = accuracy.reference_domain([_reported([((x, y), x < 5) for x in (0.0, 1.0, 4.0, 9.0) for y in (0.0, 1.0)])],
+                                    {"x": (0.0, 10.0), "y": (0.0, 1.0)})
+    assert box == {"x": ((0.0, 4.0),), "y": ((0.0, 1.0),)}
+
+
+def test_generated_tests_compare_with_autograd_only_where_it_is_accurate(tmp_path):
+    """softplus(10*x)/10 written log(1 + exp(10*x))/10: autograd through it is -100 at order 3 at
+    x = 25 (the truth 3e-107), so the generated tests, comparing with it on [-50, 50], failed right
+    after a build; they compare where the build measured it accurate, and pass."""
+    build_spec(tmp_path, name="softplus_beta", expr="log(1 + exp(beta*x))/beta", inputs=["x"],
+               params={"beta": 10.0}, order=3, domain={"x": [-50, 50]})
+    test_file = (tmp_path / "out" / "tests" / "test_softplus_beta.py").read_text()
+    bounds = [float(v) for v in re.findall(r"-?[0-9.]+(?:e-?[0-9]+)?", test_file.split("reference_domain=")[1].split("}")[0])]
+    assert bounds and max(bounds) < 20 and min(bounds) == -50.0, bounds
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                            cwd=tmp_path / "out", capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:]
