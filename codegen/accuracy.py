@@ -686,7 +686,7 @@ class Oracle:
         for dtype in self.dtypes:
             points = self._points[dtype]
             per_subject = {}
-            for name, fn in subjects.items():
+            for name, fn in list(subjects.items()):
                 try:
                     values = autograd_values(fn, points, dtype, spec.order, len(self.exprs), spec.stack)
                 except Exception:  # torch cannot run or differentiate the composed formula
@@ -695,6 +695,7 @@ class Oracle:
                             raise
                         continue
                     results.pop(name, None)
+                    del subjects[name]  # in no dtype: a report has its figures in all or none
                     continue
                 per_subject[name] = values
                 results[name].extend(figures(self.partials, self.truths(dtype), values, points, dtype, names))

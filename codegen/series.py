@@ -40,26 +40,29 @@ shares), else read off the ratio of the first two nonzero coefficients; where ne
 
 **eps and the degree, by measurement** (``_choice``, at the params' defaults, in u). The part's
 derivatives up to the spec's order, as SymPy writes them, are evaluated in float64 at 8 points
-per octave of |u| from 1/16 to 16 (and at each candidate eps), both signs, against mpmath at
-enough digits to cover their cancellation; a point's *excess* is its error in bits beyond its
-conditioning, log2(1 + ulps) - log2(max(1, |x f^(k+1)/f^(k)|)), as accuracy.py counts it, and
-E(eps) is the largest excess at |u| >= eps over the orders. The degree N(eps) is the smallest
+per octave of |u| from 1/16 to 16 (and at each candidate eps), both signs, each with 7 neighbours
+2**-45 apart (a cancellation's error is the luck of its roundings: x - tanh(x) loses 3.8 bits at
+x = 0.0661, 8 at 0.06625), against mpmath at enough digits to cover their cancellation; a point's
+*excess* is its error in bits beyond its conditioning, log2(1 + ulps) - log2(max(1, |x
+f^(k+1)/f^(k)|)), as accuracy.py counts it, and E(eps) is the largest excess over the orders at
+eps <= |u| <= the largest feasible eps (beyond it no polynomial serves, and tanh's tails would
+rank every eps alike). The degree N(eps) is the smallest
 whose truncation error, exact, is within 2**-56 of the value (times its conditioning) at every
 order and at every sample eps/4 <= |u| <= eps; eps is feasible where N(eps) <= MAX_DEGREE. eps is
 the smallest of ``THRESHOLDS`` with E(eps) <= DIRECT_BITS, or where no feasible one reaches that
 (x/sinh(x): its series converges within pi, and its direct derivatives lose up to 6 bits out to
 |x| = 8), the smallest within half a bit of the best feasible one. At order 3 that gives, in u,
-sin(x)/x and sin(n*pi*r/c)/r eps 1.75 and degree 24, (1 - cos(x))/x**2 3.5 and 30, expm1(x)/x 2 and
-26, (sin(x) - x*cos(x))/x**2 2 and 25, x/sinh(x) 0.875 and 40; at order 1, eps 0.6 to 1.5 and
-degree 16 to 20. The series is taken to degree 25 first (FIRST_TERMS), and to MAX_DEGREE only
+sin(x)/x eps 2.5, (1 - cos(x))/x**2 3.5, expm1(x)/x 2.5, (sin(x) - x*cos(x))/x**2 2.5, x/sinh(x)
+0.75, x - tanh(x) 0.5 (degrees 25 to 43); at order 1, eps 0.5 to 1.75 (degrees 17 to 36). The
+series is taken to degree 25 first (FIRST_TERMS), and to MAX_DEGREE only
 where that falls short of an eps with E(eps) <= DIRECT_BITS; sigmoid, softplus, expm1 and log1p
 are written with exp and log for it (SymPy expands those fast, the others through derivatives).
 
 **Cost.** A formula without a denominator in an input returns at once; one whose denominators
 vanish at no point of one input (the spherical harmonics' x**2 + y**2 + z**2) after a substitution
 each, and one with a pole (Lennard-Jones' r**-12) after a one-term series. A removable part's
-analysis, series and measurement, takes 0.1 to 0.7 s (1.2 s where it needs all 48 terms). Only
-parts whose series is known to be quick are tried (``_expandable``: elementary functions at an
+analysis, series and measurement, takes 0.1 to 0.8 s (2.3 s for sin(x)/x at order 3, which needs
+all 48 terms). Only parts whose series is known to be quick are tried (``_expandable``: elementary functions at an
 argument linear in x), a rule on the formula rather than a time limit, so that the output is the
 same on a loaded machine; bessel_j1(x)/x and (exp(sin(x)) - 1 - sin(x))/x**2 are left as written.
 SECONDS bounds an analysis all the same, as a safety net: an ``attempt`` of the spec's time
@@ -589,11 +592,8 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     magnitudes = sorted({*(2.0 ** (k / _PER_OCTAVE) for k in range(lo * _PER_OCTAVE, hi * _PER_OCTAVE)), *THRESHOLDS})
     direct, needed, inside = _measured(site, expansion, evaluators, magnitudes)
 
-    def beyond(eps: float) -> float:
-        return max((bits for u, bits in direct.items() if u >= eps), default=0.0)
-
-    def worst(eps: float) -> float:  # the direct formula beyond eps, the polynomial within it
-        return max(beyond(eps), max((bits for u, bits in inside.items() if u < eps), default=0.0))
+    def beyond(eps: float, reach: float = math.inf) -> float:
+        return max((bits for u, bits in direct.items() if eps <= u <= reach), default=0.0)
 
     feasible = []
     for eps in THRESHOLDS:
@@ -604,6 +604,15 @@ def _choice(part: sympy.Expr, site: _Site, expansion: Expansion) -> tuple[tuple[
     short = len(expansion.coefficients) - 1 < MAX_DEGREE
     if not feasible:
         return None, short
+    reach = feasible[-1][0]
+
+    def worst(eps: float) -> float:
+        """The direct formula from eps to the farthest feasible eps, the polynomial within eps:
+        what the choice of eps changes (beyond the reach no polynomial serves; x - tanh(x)'s
+        derivatives lose 8 bits in tanh's tails whatever eps is, and counting them chose the
+        smallest eps, past which x - tanh(x) itself loses 8 bits at x = 0.066)."""
+        return max(beyond(eps, reach), max((bits for u, bits in inside.items() if u < eps), default=0.0))
+
     enough = max(DIRECT_BITS, min(worst(eps) for eps, _ in feasible) + 0.5)
     chosen = next((eps, degree) for eps, degree in feasible if worst(eps) <= enough)
     return chosen, short and beyond(chosen[0]) > DIRECT_BITS
@@ -671,15 +680,26 @@ def _measured(site: _Site, expansion: Expansion, ev: _Evaluators, magnitudes: li
     return direct, needed, inside
 
 
+# The direct formula's error at a point is the luck of its roundings: x - tanh(x) loses 3.8 bits
+# beyond its conditioning at x = 0.0661 and 8 at 0.06625 (a held-out probe found the split's eps
+# chosen past such points). Each point is measured with NEIGHBOURS more, 2**-45 apart relative
+# (other roundings, the same truth to first order: f(x + h) = f(x) + h f'(x), h**2 f'' below 2**-90).
+NEIGHBOURS = 7
+NEIGHBOUR_STEP = 2.0**-45
+
+
 def _direct_excess(floats: list, truths, point: float) -> float:
-    """The direct formula's largest excess over the orders at ``point``."""
+    """The direct formula's largest excess over the orders at ``point`` and its neighbours."""
     worst = 0.0
-    for k, function in enumerate(floats):
-        try:
-            got = float(function(point))
-        except (ArithmeticError, ValueError, TypeError):
-            got = math.nan
-        worst = max(worst, _excess(got, truths[k], truths[k + 1], point))
+    for j in range(NEIGHBOURS + 1):
+        x = point * (1 + j * NEIGHBOUR_STEP) if point else j * NEIGHBOUR_STEP
+        for k, function in enumerate(floats):
+            try:
+                got = float(function(x))
+            except (ArithmeticError, ValueError, TypeError):
+                got = math.nan
+            truth = truths[k] + truths[k + 1] * (mpmath.mpf(x) - mpmath.mpf(point))
+            worst = max(worst, _excess(got, truth, truths[k + 1], x))
     return worst
 
 
