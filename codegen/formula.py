@@ -42,6 +42,14 @@ class LanguagePrinter(StrPrinter):
         value, taken = expr.args
         return f"where({self._print(taken)}, {self._print(value)}, 0)"
 
+    def _print_Abs(self, expr):
+        return f"abs({self._print(expr.args[0])})"
+
+    def _print_sign(self, expr):
+        """sign is not in the language (abs' derivative is, and 0 at 0, as torch's)."""
+        u = self._print(expr.args[0])
+        return f"where({u} > 0, 1, where({u} < 0, -1, 0))"
+
     def _print_Sech2(self, expr):
         return f"(1 - {self.parenthesize(expr.args[0]**2, PRECEDENCE['Add'])})"
 

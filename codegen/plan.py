@@ -864,6 +864,9 @@ def _on_demand(temporaries, definitions: dict, uses) -> list:
 MAX_NAME = 24
 # An argument named inside another name (tanh_<arg>) is at most this long, else its outline.
 MAX_PART = 14
+# A symbol named inside another name is whole up to this long: the cotangents' and tangents' own
+# names (tangent_grad2_x, grad_grad_out) are read as a whole or misread
+MAX_SYMBOL_PART = 18
 
 
 def _describe(value: sympy.Expr) -> str:
@@ -912,8 +915,12 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
 
 def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
     """The name of ``value`` by its outermost operation and short forms of its arguments."""
+    if isinstance(value, sympy.Piecewise):  # its pieces are (value, condition) pairs, not arguments
+        return "choice"
     if isinstance(value, sympy.Function):
         name = type(value).__name__.lower()
+        if len(value.args) > 2:  # a polynomial's coefficients (Horner) would read as c_c_c
+            return name
         full = "_".join([name, *(_part(arg, depth) for arg in value.args)])
         return full if len(full) <= MAX_NAME else name
     if value.is_Pow:
@@ -937,9 +944,11 @@ def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
 
 def _part(value: sympy.Expr, depth: int) -> str:
     """A short form of an argument: its name or description if short, else its outline if short,
-    else its outermost operation (a long temporary's name: its first word)."""
+    else its outermost operation. A symbol keeps its whole name up to MAX_SYMBOL_PART characters
+    (the first word of tangent_grad2_x, 'tangent', named its product with x prod_tangent_x), a
+    longer one its first word."""
     if value.is_Symbol:
-        return value.name if len(value.name) <= MAX_PART else value.name.split("_")[0]
+        return value.name if len(value.name) <= MAX_SYMBOL_PART else value.name.split("_")[0]
     if depth < 3:
         for text in (_describe_rec(value, depth=1), _constant(value), _outline(value, depth + 1)):
             if text and len(text) <= MAX_PART:

@@ -188,7 +188,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
-        formula=_formula(plan.expr) if not spec.outputs else f"({', '.join(name for name, _ in spec.outputs)})",
+        first_line=_summary(plan),
         output_formulas=[f"{name} = {_formula(expr)}" for (name, _), expr in zip(spec.outputs, plan.exprs)],
         derivatives=_derivative_lines(plan, spec.line_length),
         more_derivatives=plan.more_derivatives,
@@ -860,6 +860,17 @@ def _unpack(names) -> str:
 
 def _formula(expr: sympy.Expr) -> str:
     return formula(expr)
+
+
+def _summary(plan: ModulePlan) -> str:
+    """The module docstring's first line: ``name(inputs) = formula`` in the spec's language, or,
+    where the formula is the call itself (a spec named sinh of sinh(x)), what the module adds."""
+    spec = plan.spec
+    call = f"{spec.name}({', '.join(spec.inputs)})"
+    written = _formula(plan.expr) if not spec.outputs else f"({', '.join(name for name, _ in spec.outputs)})"
+    if written == call:
+        return f"{call} as an autograd Function with explicit formulas for its derivatives up to order {spec.order}."
+    return f"{call} = {written}"
 
 
 # where the module docstring writes a derivative: at 4 spaces, its continuation lines at 8

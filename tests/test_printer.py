@@ -144,3 +144,23 @@ def test_scaling_a_cotangent_last_saves_nothing_for_the_second_order_pass():
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
             eval(code, {"x": x, "grad_out": grad_out})  # test code: the two printed forms above
         assert len(packed) == kept, code
+
+
+@pytest.mark.parametrize("text, written", [
+    ("abs(x - y)", "abs(x - y)"),
+    ("where(abs(x) < 1, x, 2)", "where(abs(x) < 1, x, 2)"),
+])
+def test_docstring_formulas_are_written_in_the_spec_language(text, written):
+    """SymPy's Abs and sign are the language's abs and a where (sign is not in the language), so
+    a docstring formula can be pasted back into a spec and parses to the same function."""
+    from codegen.expr import parse_expr
+    from codegen.formula import formula
+
+    expr = parse_expr(text, ("x", "y"), ())
+    assert formula(expr) == written
+    derivative = sympy.diff(parse_expr("abs(x)", ("x",), ()), sympy.Symbol("x", real=True))
+    shown = formula(derivative)
+    assert "sign" not in shown and "Abs" not in shown
+    again = parse_expr(shown, ("x",), ())
+    x = sympy.Symbol("x", real=True)
+    assert [again.subs(x, v) for v in (-2, 0, 3)] == [-1, 0, 1]
