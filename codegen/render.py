@@ -418,8 +418,14 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
 
 
 def render_support(template: str, specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
-    """A file of the generated tests' that depends on no spec (``templates/TEMPLATE.jinja``)."""
-    text = _environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))
+    """A file of the generated tests' that depends on no spec: ``templates/TEMPLATE`` itself where it
+    is Python (the checks library, conftest.py: linted and imported as such), else
+    ``templates/TEMPLATE.jinja`` filled; either way under the generated header."""
+    verbatim = template_dir() / template
+    if verbatim.is_file():
+        text = f"{header(specs_path, digest)}\n{verbatim.read_text(encoding='utf-8')}"
+    else:
+        text = _environment().get_template(f"{template}.jinja").render(header=header(specs_path, digest))
     return ruff_formatted(text, line_length)
 
 

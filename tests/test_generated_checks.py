@@ -163,3 +163,20 @@ def _outcomes(result: subprocess.CompletedProcess) -> dict[str, set[str]]:
     for path, outcome in re.findall(r"^(\S+?)::\S+ (PASSED|FAILED|ERROR)\b", result.stdout, re.MULTILINE):
         outcomes.setdefault(path.split("/")[0], set()).add(outcome.lower())
     return outcomes
+
+
+def test_the_checks_library_is_python_imported_as_it_is_shipped():
+    """templates/dbgen_checks.py is a Python module (ruff lints it, tests import it): the shipped
+    file is it under the generated header, formatted at the project's line length."""
+    from codegen.render import ruff_formatted
+
+    source = (ROOT / "templates" / "dbgen_checks.py").read_text()
+    library = import_path(ROOT / "templates" / "dbgen_checks.py")
+    shipped = pipeline.render_support("dbgen_checks.py", "specs", "0" * 64)
+    assert shipped.split("\n", 3)[3] == ruff_formatted(source)
+    import torch
+
+    sample = torch.tensor([0.0, 0.25, 0.5, 0.74, 0.76, 0.999], dtype=torch.float64)
+    spread = library._spread(sample, ((-2.0, 0.0), (1.0, 1.0 + 2 / 3)))  # lengths 2 and 2/3: shares 3/4, 1/4
+    assert torch.all(((spread >= -2.0) & (spread <= 0.0)) | ((spread >= 1.0) & (spread <= 1.0 + 2 / 3)))
+    assert (spread[:4] <= 0).all() and (spread[4:] >= 1).all(), spread

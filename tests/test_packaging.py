@@ -23,8 +23,8 @@ import codegen
 from codegen.write import MANIFEST_NAME
 
 REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = ("module.py.jinja", "test_module.py.jinja", "init.py.jinja", "conftest.py.jinja", "tests_init.py.jinja",
-             "dbgen_checks.py.jinja")
+TEMPLATES = ("module.py.jinja", "test_module.py.jinja", "init.py.jinja", "conftest.py", "tests_init.py.jinja",
+             "dbgen_checks.py")
 BIN = "Scripts" if os.name == "nt" else "bin"
 EXE = ".exe" if os.name == "nt" else ""
 

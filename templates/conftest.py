@@ -1,4 +1,3 @@
-{{ header }}
 """pytest settings of the tests dbgen generated: the `compile` marker they use, registered so that
 `pytest --strict-markers` collects them in any project (select with -m 'not compile' where
 torch.compile is unavailable)."""

@@ -1,4 +1,3 @@
-{{ header }}
 """The checks of the generated tests, written once per tests folder by dbgen.
 
 Each test_*.py beside this file holds one spec's data (a `Case`: the order, params,
