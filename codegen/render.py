@@ -196,6 +196,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         reason=plan.reason,
         uses_math=any(p.uses_math for p in printers) or any(entry.family for entry in specials),
         helpers=helpers,
+        runtime=_runtime_source(_runtime_names(spec, helpers)),
         specials=specials,
         families=[entry.key for entry in specials if entry.family],
         externals=externals,
@@ -415,6 +416,57 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
         _environment().get_template("init.py.jinja").render(header=header(specs_path, digest), names=sorted(names)),
         line_length,
     )
+
+
+# The runtime helpers every generated module has; the others only where its Functions use them.
+ALWAYS_RUNTIME = ("_tensor_inputs", "_floating_dtype", "_dtype_refusal", "_transforms_active", "_direct_apply")
+
+
+def _runtime_names(spec, helpers) -> set[str]:
+    names = {*ALWAYS_RUNTIME, *helpers}
+    if spec.params:
+        names.add("_check_params")
+    if len(spec.inputs) > 1:
+        names.add("_broadcast")
+    return names
+
+
+def _runtime_source(names: set[str]) -> str:
+    """The source of templates/runtime.py's functions named ``names``, in the file's order, each
+    with the constants and comments just above it (``_INTEGRAL`` belongs to ``_tensor_inputs``)."""
+    blocks = _runtime_blocks()
+    missing = names - {name for name, _ in blocks}
+    if missing:
+        raise ValueError(f"templates/runtime.py defines no {', '.join(sorted(missing))}")
+    return "\n\n\n".join(text for name, text in blocks if name in names)
+
+
+@functools.lru_cache(maxsize=1)
+def _runtime_blocks() -> tuple[tuple[str, str], ...]:
+    """(function name, its source with what stands above it since the previous function) per
+    top-level function of templates/runtime.py."""
+    import ast
+
+    source = (template_dir() / "runtime.py").read_text(encoding="utf-8")
+    lines = source.split("\n")
+    tree = ast.parse(source)
+    blocks, start = [], None
+    for node in tree.body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1
+        module_setting = isinstance(node, ast.Assign) and [t.id for t in node.targets] == ["FUSE"]
+        if start is None and not isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)) and not module_setting:
+            start = _comments_above(lines, first)
+        if isinstance(node, ast.FunctionDef):
+            blocks.append((node.name, "\n".join(lines[start:node.end_lineno]).strip("\n")))
+            start = None
+    return tuple(blocks)
+
+
+def _comments_above(lines: list[str], index: int) -> int:
+    """The first line of the comment lines directly above line ``index``."""
+    while index > 0 and lines[index - 1].startswith("#"):
+        index -= 1
+    return index
 
 
 def render_support(template: str, specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
@@ -854,7 +906,7 @@ def _unpack_used(names, used) -> str | None:
 def _module_private_names() -> frozenset[str]:
     """The generated module's private globals: its helpers and constants, read off its templates,
     and the functions it may call outside autograd (``_kv_power``)."""
-    text = "".join((template_dir() / name).read_text() for name in ("module.py.jinja", "external.py.jinja"))
+    text = "".join((template_dir() / name).read_text() for name in ("module.py.jinja", "runtime.py", "external.py.jinja"))
     calls = {cls.runtime for cls in special.ALL} | {f"_{name}" for name in external.evaluated()}
     return frozenset(re.findall(r"^(?:def |class )?(_\w+)", text, flags=re.MULTILINE)) | calls
 

@@ -13,6 +13,7 @@ import torch
 import yaml
 from helpers import (
     HEAVY_EXAMPLES,
+    assert_chains_close,
     calls_externals,
     derivative_chain,
     import_path,
@@ -320,3 +321,19 @@ def test_functions_skip_apply_argument_binding_outside_transforms_and_not_inside
     batched = torch.func.vmap(torch.func.grad(lambda v: module.mish(v).sum()))(x.detach()[None])
     assert calls, "under vmap the generated Functions go through Function.apply"
     torch.testing.assert_close(batched[0], torch.autograd.grad(module.mish(x).sum(), x)[0])
+
+
+@pytest.mark.parametrize("missing", ["_FUNCTORCH_ACTIVE", "_BASE_APPLY", "_WILL_RUN"])
+def test_a_torch_without_a_private_query_takes_the_public_path(tmp_path, missing):
+    """The generated runtime reads three of torch._C's private APIs (a running transform, the fast
+    apply, the engine's plan), each through getattr: where a torch lacks one, the module falls
+    back to Function.apply, treats every pass as a transform's and every input as needed, and
+    gives the same numbers at every order, under torch.func too."""
+    module = import_path(ROOT / "generated" / "atan2.py")
+    y = torch.linspace(-2, 2, 7, dtype=torch.float64, requires_grad=True)
+    x = torch.linspace(0.5, 3, 7, dtype=torch.float64, requires_grad=True)
+    expected = derivative_chain(module.atan2, [y, x], 2, seed=3)
+    grad = torch.func.grad(lambda a, b: module.atan2(a, b).sum())(y.detach(), x.detach())
+    setattr(module, missing, None)
+    assert_chains_close(derivative_chain(module.atan2, [y, x], 2, seed=3), expected, rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.grad(lambda a, b: module.atan2(a, b).sum())(y.detach(), x.detach()), grad)
