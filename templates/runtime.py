@@ -135,8 +135,8 @@ def _dtype_refusal(function, name, dtype):
     )
 
 
-# torch's own query for a running torch.func transform, a private API: where a torch has none,
-# every caller takes the path that is right under a transform too
+# torch's own query for a running torch.func transform, a private API: where a torch
+# has none, every caller takes the path that is right under a transform too
 _FUNCTORCH_ACTIVE = getattr(torch._C, "_are_functorch_transforms_active", None)
 
 
