@@ -474,25 +474,26 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     module = render_module(plan, digest)
     if measured is None:  # a strategy the spec chose: measured here, outside the time limit
         measured = measured_accuracy(plan, module)
-    reference = _reference_domain(plan, measured, module)
-    files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": render_tests(plan, digest, measured, reference)}
+    from .param_values import other_param_values
+
+    other = other_param_values(plan.every_formula, spec.params, spec.inputs, spec.domain)
+    reference = _reference_domain(plan, measured, module, other)
+    tests = render_tests(plan, digest, measured, reference, other)
+    files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": tests}
     return files, plan.notes, tuple(measured.warnings()) if measured else ()
 
 
 BUILD_POINTS = 256  # the accuracy oracle's points per dtype at build time, as dbgen accuracy's: one set of warnings
 
 
-def _reference_domain(plan, measured, module: str) -> dict | None:
+def _reference_domain(plan, measured, module: str, other: dict | None) -> dict | None:
     """Where the generated tests compare with autograd through the composed expression
     (``accuracy.reference_domain``): measured at the params' defaults, and where that leaves out
-    part of the domain, at the other values the tests run too (whose bad tails lie elsewhere:
-    softplus(beta*x)/beta's scale with 1/beta)."""
+    part of the domain, at ``other``, the params' other values the tests run at too (whose bad
+    tails lie elsewhere: softplus(beta*x)/beta's scale with 1/beta)."""
     from dataclasses import replace
 
-    import sympy
-
     from . import accuracy
-    from .param_values import other_param_values
 
     if measured is None:
         return None
@@ -500,8 +501,6 @@ def _reference_domain(plan, measured, module: str) -> dict | None:
     domain = dict(spec.domain)
     if accuracy.reference_domain([measured], domain) is None:
         return None
-    formula = plan.expr if len(plan.exprs) == 1 else sympy.Add(*plan.exprs, evaluate=False)
-    other = other_param_values(formula, spec.params, spec.inputs, spec.domain)
     reports = [measured]
     if other:
         at_other = replace(plan, spec=replace(spec, params=tuple((name, other[name]) for name, _ in spec.params)))

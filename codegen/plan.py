@@ -143,6 +143,12 @@ class ModulePlan:
         (expr,) = self.exprs
         return expr
 
+    @property
+    def every_formula(self) -> sympy.Expr:
+        """The formula, or the outputs' formulas as one sum (unevaluated): finite where each is,
+        with each one's conditions."""
+        return self.expr if len(self.exprs) == 1 else sympy.Add(*self.exprs, evaluate=False)
+
     @functools.cached_property
     def externals(self) -> list[type]:
         """The external functions the formulas call (external.py): the module is then nested, and

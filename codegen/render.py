@@ -19,7 +19,6 @@ import sympy
 from . import external, special
 from .branches import boundaries
 from .formula import formula
-from .param_values import other_param_values
 from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
 from .printer import Copy, TorchPrinter
 from .provenance import header
@@ -185,6 +184,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     specials = _special_entries(set().union(*(p.specials for p in printers)))
     externals = _external_entries(set().union(*(p.externals for p in printers)))
     call_args = ", ".join([*spec.inputs, *spec.param_names])
+    broadcast_inputs = _unpack(spec.inputs) if len(spec.inputs) > 1 else None
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
@@ -196,7 +196,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         reason=plan.reason,
         uses_math=any(p.uses_math for p in printers) or any(entry.family for entry in specials),
         helpers=helpers,
-        runtime=_runtime_source(_runtime_names(spec, helpers)),
+        runtime=_runtime_source(_runtime_names(spec, helpers, broadcast_inputs is not None)),
         specials=specials,
         families=[entry.key for entry in specials if entry.family],
         externals=externals,
@@ -214,7 +214,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         returns=_returns(spec),
         ctx_inputs=plan.local("inputs"),
         ctx_output=plan.local("output"),
-        broadcast_inputs=_unpack(spec.inputs) if len(spec.inputs) > 1 else None,
+        broadcast_inputs=broadcast_inputs,
     ), spec.line_length)
 
 
@@ -332,7 +332,8 @@ def _param_choice_of_constant(expr: sympy.Expr, spec) -> bool:
     return False
 
 
-def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain: dict | None = None) -> str:
+def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain: dict | None = None,
+                 other_params: dict | None = None) -> str:
     """The pytest file of ``plan``'s module.
 
     Args:
@@ -343,6 +344,8 @@ def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain:
         reference_domain: input -> (lo, hi) where autograd through the composed expression is
             accurate (``accuracy.reference_domain``), where the tests compare with it; None: the
             whole domain.
+        other_params: the params' other values the tests run at (``param_values``); None: the
+            defaults only.
 
     Returns:
         The test file's text, ruff-formatted, without its seal line.
@@ -352,7 +355,6 @@ def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain:
     declared, declared_printer = _declared_references(plan)
     accuracy = max(special.torch_error(expr) for expr in plan.exprs)
     shapes = _test_shapes(len(spec.inputs))
-    other_params = other_param_values(_every_formula(plan), spec.params, spec.inputs, spec.domain)
     return ruff_formatted(_environment().get_template("test_module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
@@ -368,7 +370,7 @@ def render_tests(plan: ModulePlan, digest: str, measured=None, reference_domain:
             name: repr(_stability_points(bounds, explicit=name in spec.explicit_domain)) for name, bounds in spec.domain
         },
         strategy=plan.strategy,
-        boundaries={name: repr(values) for name, values in boundaries(_every_formula(plan), spec).items()},
+        boundaries={name: repr(values) for name, values in boundaries(plan.every_formula, spec).items()},
         accuracy=repr(accuracy) if accuracy else None,
         specials=any(expr.atoms(special.SpecialFunctionBase) for expr in plan.exprs),
         order_limited=bool(plan.externals),
@@ -405,12 +407,6 @@ def _declared_references(plan: ModulePlan) -> tuple[list[DeclaredReference], Tor
     return references, printer
 
 
-def _every_formula(plan: ModulePlan) -> sympy.Expr:
-    """The formula, or the outputs' formulas as one sum (unevaluated): finite where each is, with
-    each one's conditions."""
-    return plan.expr if len(plan.exprs) == 1 else sympy.Add(*plan.exprs, evaluate=False)
-
-
 def render_init(names: list[str], specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     return ruff_formatted(
         _environment().get_template("init.py.jinja").render(header=header(specs_path, digest), names=sorted(names)),
@@ -422,11 +418,13 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
 ALWAYS_RUNTIME = ("_tensor_inputs", "_floating_dtype", "_dtype_refusal", "_transforms_active", "_direct_apply")
 
 
-def _runtime_names(spec, helpers) -> set[str]:
+def _runtime_names(spec, helpers, broadcasts: bool) -> set[str]:
+    """The runtime functions a module calls: ``helpers`` (its Functions'), ``_check_params`` where
+    the spec has params, ``_broadcast`` where its public function broadcasts its inputs."""
     names = {*ALWAYS_RUNTIME, *helpers}
     if spec.params:
         names.add("_check_params")
-    if len(spec.inputs) > 1:
+    if broadcasts:
         names.add("_broadcast")
     return names
 

@@ -8,7 +8,7 @@ import mpmath
 import pytest
 import sympy
 import torch
-from helpers import derivative_chain
+from helpers import build_spec, derivative_chain
 
 from codegen.expr import parse_expr
 from codegen.underflow import CUT_EXPONENT, cut_underflows
@@ -31,8 +31,6 @@ TRUTH = {
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from conftest import build_spec
-
     folder = tmp_path_factory.mktemp("flat")
     return {name: build_spec(folder, name=name, expr=expr, inputs=["x"], order=order, domain={"x": domain})
             for name, (expr, order, domain, _) in SPECS.items()}
