@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from codegen import bench
+from codegen.tools import bench
 
 from . import functions, measure, workloads
 from .functions import COMPOSED, DBGEN, FUSE, NATIVE

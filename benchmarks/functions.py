@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from codegen import bench
+from codegen.tools import bench
 
 SPECS = Path(__file__).parent / "specs"
 EXAMPLES = Path(__file__).parent.parent / "specs"  # the bundled examples the workloads also run

@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from codegen import bench
+from codegen.tools import bench
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from codegen import bench
+from codegen.tools import bench
 
 
 @dataclass

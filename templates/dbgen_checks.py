@@ -791,7 +791,7 @@ def make_tests(case: Case) -> dict[str, Callable]:
         pass against a spec edited since (a higher order, another formula) prove nothing.
         dbgen's own comparison; skipped where dbgen or the spec file is not there."""
         try:
-            from codegen.pipeline import spec_state
+            from codegen.build.pipeline import spec_state
         except ImportError:
             pytest.skip("dbgen is not installed here: the spec is not compared")
         found = spec_state(pathlib.Path(case.module.__file__))

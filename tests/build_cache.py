@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from codegen import __version__, pipeline
+from codegen import __version__
+from codegen.build import pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "DBGEN_TEST_BUILD_CACHE"

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 
 _counter = itertools.count()
 

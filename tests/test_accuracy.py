@@ -1,4 +1,4 @@
-"""The accuracy oracle (codegen/accuracy.py): bits against exact arithmetic, sampling, the
+"""The accuracy oracle (codegen/build/accuracy.py): bits against exact arithmetic, sampling, the
 condition number, the build's warnings and the generated tests' exact values, and
 ``dbgen accuracy``."""
 
@@ -21,12 +21,12 @@ import torch
 import yaml
 from helpers import build_spec, import_path, run_dbgen
 
-from codegen import accuracy, pipeline
+from codegen.build import accuracy, pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
-from codegen.expr import sigmoid
-from codegen.pipeline import load_specs, plan_spec
-from codegen.render import render_module
+from codegen.build.pipeline import load_specs, plan_spec
+from codegen.emit.render import render_module
+from codegen.language.expr import sigmoid
 
 
 def _spec_file(tmp_path, **spec):
@@ -122,7 +122,7 @@ def test_exact_values_and_condition_numbers_do_not_depend_on_mpmaths_backend():
 
     program = (
         "import sympy, mpmath.libmp\n"
-        "from codegen import accuracy\n"
+        "from codegen.build import accuracy\n"
         "x, a = sympy.symbols('x a', real=True)\n"
         "g = (1 - sympy.cos(a * x)) / x**2\n"
         "k = sympy.besselk(1, 2 + x)\n"
@@ -443,7 +443,7 @@ def test_generated_tests_hold_exact_values_that_catch_a_wrong_formula(tmp_path):
     test_text = files["tests/test_softsign.py"]
     assert "exact=(" in test_text and '("float32"' in test_text
     out = tmp_path / "out"
-    from codegen import write
+    from codegen.build import write
 
     write.write_files(out, files)
     module = import_path(out / "tests" / "test_softsign.py")

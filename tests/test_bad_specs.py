@@ -19,7 +19,7 @@ import pytest
 import torch
 from helpers import run_dbgen
 
-from codegen import pipeline
+from codegen.build import pipeline
 from codegen.errors import SpecErrors
 from codegen.spec import load_spec
 

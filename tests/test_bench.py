@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from codegen import bench
 from codegen.cli import app
 from codegen.spec import Spec
+from codegen.tools import bench
 
 REPO = Path(__file__).resolve().parent.parent
 N = 1000
@@ -339,7 +339,7 @@ def test_a_native_failing_in_the_timed_dtype_is_refused():
 
 def test_the_bundled_natives_pass_the_check(tmp_path):
     """Params as keywords (softplus's beta), a loss elementwise (huber_loss, reduction="none"), two inputs."""
-    from codegen import pipeline
+    from codegen.build import pipeline
 
     for name in ("softplus", "huber", "exp"):
         spec = pipeline.load_spec(REPO / "specs" / f"{name}.yaml", f"specs/{name}.yaml")

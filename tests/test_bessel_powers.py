@@ -15,8 +15,9 @@ import sympy
 import torch
 from helpers import build_spec
 
-from codegen import accuracy, external, pipeline
-from codegen.expr import parse_expr
+from codegen.build import accuracy, pipeline
+from codegen.language import external
+from codegen.language.expr import parse_expr
 
 MATERN = "2**(1 - nu)/exp(lgamma(nu)) * (sqrt(2*nu)*r/l)**nu * kv(nu, sqrt(2*nu)*r/l)"
 MATERN_SPEC = {"name": "matern", "expr": MATERN, "inputs": ["r"], "params": {"nu": 3.2, "l": 1.0}, "order": 3,

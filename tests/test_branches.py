@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import assert_chains_close, derivative_chain, strategy_matrix
 
-from codegen.expr import ExprError, parse_expr
+from codegen.language.expr import ExprError, parse_expr
 
 STRATEGIES = ["save_inputs", "save_outputs", "intermediates", "nested", "auto"]
 T = torch
@@ -273,7 +273,7 @@ def test_a_choice_among_choices_of_polynomials_is_not_guarded_again():
     operations of the formula's 140, and its build ran past the 60 s limit at order 1)."""
     import sympy
 
-    from codegen.branches import Guard, guard
+    from codegen.derive.branches import Guard, guard
 
     class Spec:
         inputs, order, params = ("x", "y"), 1, ()
@@ -286,7 +286,7 @@ def test_a_choice_among_choices_of_polynomials_is_not_guarded_again():
 def test_mask_keeps_torch_where_for_a_value_that_reads_an_input_unguarded():
     import sympy
 
-    from codegen.branches import Guard, Masked, mask
+    from codegen.derive.branches import Guard, Masked, mask
 
     x = sympy.Symbol("x", real=True)
     polynomial = sympy.Piecewise((x**8, x < 1), (0, True))  # x**8 overflows where not taken: 0 * inf
@@ -304,7 +304,7 @@ def test_a_masked_value_cancels_in_products_as_a_number_does():
     product kept M**2 / M, 0/0 where the branch is not taken."""
     import sympy
 
-    from codegen.branches import Masked
+    from codegen.derive.branches import Masked
 
     x = sympy.Symbol("x", real=True)
     value = Masked(sympy.exp(-1 / x) / x**2, x > 0)

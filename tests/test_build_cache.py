@@ -10,7 +10,8 @@ from pathlib import Path
 import build_cache
 import pytest
 
-from codegen import limits, pipeline
+from codegen import limits
+from codegen.build import pipeline
 from codegen.errors import SpecErrors
 
 SPEC = "name: cached\nexpr: x * tanh(x)\ninputs: [x]\norder: 1\n"

@@ -24,7 +24,7 @@ from helpers import run_dbgen
 
 import codegen
 from codegen import provenance
-from codegen.write import MANIFEST_NAME as MANIFEST
+from codegen.build.write import MANIFEST_NAME as MANIFEST
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"
@@ -504,10 +504,10 @@ def test_output_that_is_a_file(specs_only):
 def test_internal_error_has_no_traceback(tmp_path, debug):
     code = (
         "import sys\n"
-        "import codegen.cli, codegen.pipeline\n"
+        "import codegen.cli, codegen.build.pipeline\n"
         "def boom(*args, **kwargs):\n"
         "    raise RuntimeError('simulated bug')\n"
-        "codegen.pipeline.generate = boom\n"
+        "codegen.build.pipeline.generate = boom\n"
         "sys.argv = ['dbgen', 'build', 'specs']\n"
         "codegen.cli.run()\n"
     )

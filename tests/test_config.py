@@ -1,4 +1,4 @@
-"""[tool.dbgen] in pyproject.toml (codegen/config.py), and the pre-commit hook that relies on it."""
+"""[tool.dbgen] in pyproject.toml (codegen/spec/config.py), and the pre-commit hook that relies on it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from codegen import config
 from codegen.cli import app
+from codegen.spec import config
 
 if sys.version_info >= (3, 11):
     import tomllib

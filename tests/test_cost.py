@@ -8,9 +8,9 @@ import re
 import pytest
 import sympy
 
-from codegen import cost, symbolic
-from codegen.expr import parse_expr
-from codegen.plan import make_plan
+from codegen.derive import symbolic
+from codegen.language.expr import parse_expr
+from codegen.plan import cost, make_plan
 from codegen.spec import Spec
 
 x, y, a = sympy.symbols("x y a", real=True)
@@ -71,7 +71,7 @@ def test_powers_of_params_and_small_powers_are_left_alone():
 
 def test_generated_code_raises_tensors_only_to_fast_powers():
     plan = _plan("4*((1/x)**12 - (1/x)**6)", order=3)
-    from codegen.render import render_module
+    from codegen.emit.render import render_module
 
     code = render_module(plan, "0" * 64)
     statements = [line for line in code.splitlines() if re.match(r"\s+\w+ = ", line)]  # not docstrings
@@ -140,7 +140,7 @@ def test_folded_sums_cost_less_by_the_products_they_absorb():
 
 
 def _guarded_plan(expr: str, **kwargs):
-    from codegen.pipeline import plan_spec
+    from codegen.build.pipeline import plan_spec
 
     return plan_spec(_spec(expr, **kwargs))
 
@@ -148,7 +148,7 @@ def _guarded_plan(expr: str, **kwargs):
 def test_branches_cost_what_torch_where_costs_on_a_random_mask():
     """torch.where's CPU kernel branches per element (8.3 products); a product with the mask, a
     clamp and a comparison cost a fraction of it (tools/op_weights.py)."""
-    from codegen.branches import ClampBelow, Guard, Masked
+    from codegen.derive.branches import ClampBelow, Guard, Masked
 
     choice = sympy.Piecewise((sympy.exp(x), x > 0), (y, True))
     assert cost.block_cost([choice], set())[0] == pytest.approx(cost.WHERE + cost.COMPARE + 0.8)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from codegen import __version__
-from codegen.write import MANIFEST_NAME
+from codegen.build.write import MANIFEST_NAME
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"

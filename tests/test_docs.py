@@ -20,7 +20,7 @@ from docs_examples import (
     runnable_python,
 )
 
-from codegen import pipeline
+from codegen.build import pipeline
 
 DOCS = ROOT / "docs"
 
@@ -127,7 +127,7 @@ def test_cli_reference_has_every_command_as_its_help_shows_it():
 
 
 def test_schema_reference_is_dbgen_schema():
-    from codegen.schema import schema_text
+    from codegen.spec.schema import schema_text
 
     page = _hooks().schema_reference()
     shown = re.search(r"```json\n(.*)```", page, re.DOTALL).group(1)

@@ -15,7 +15,7 @@ import yaml
 from hypothesis import given, settings
 from test_properties import cases, scaled
 
-from codegen import pipeline
+from codegen.build import pipeline
 from codegen.errors import SpecErrors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,8 +89,8 @@ def test_the_cli_exits_2_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("path", sorted((REPO / "specs").glob("*.yaml")) + sorted((REPO / "tests" / "regressions").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_every_example_and_regression_spec_passes_the_check(path):
-    from codegen import domain
-    from codegen.expr import parse_expr
+    from codegen.derive import domain
+    from codegen.language.expr import parse_expr
 
     spec = pipeline.load_spec(path, path.name)
     for _, text in spec.formulas:  # each output of a vector-valued spec
@@ -99,8 +99,8 @@ def test_every_example_and_regression_spec_passes_the_check(path):
 
 def test_the_check_of_an_order_3_spec_of_three_inputs_is_fast(tmp_path):
     """All 19 partial derivatives on a 17**3 grid: well under a second alone (measured 0.3 s)."""
-    from codegen import domain
-    from codegen.expr import parse_expr
+    from codegen.derive import domain
+    from codegen.language.expr import parse_expr
 
     path = tmp_path / "f.yaml"
     path.write_text(_spec("exp(-x**2 - y**2) * cos(x*y*z) / (1 + z**2) + softplus(x*z) * erf(y)",
@@ -123,8 +123,8 @@ def test_failing_values_on_both_sides_are_named_as_two_ranges(tmp_path):
 def test_the_property_tests_random_trees_pass_the_check(case):
     """The trees of test_properties.py are valid on their domain by construction (every function's
     argument is wrapped into its domain with a margin): the check must agree, at every order."""
-    from codegen import domain
-    from codegen.expr import parse_expr
+    from codegen.derive import domain
+    from codegen.language.expr import parse_expr
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prop.yaml"
@@ -189,7 +189,7 @@ def test_scipy_functions_are_evaluated_by_scipy_as_the_generated_code_calls_them
     """SciPy's own values on the grid (microseconds a call, where mpmath's Bessel K took a
     millisecond), and no real value where the function has none."""
     scipy_special = pytest.importorskip("scipy.special")
-    from codegen import domain
+    from codegen.derive import domain
 
     functions = domain._functions()
     for nu, x in ((1.5, 2.0), (0.3, 0.7), (2.5, 11.0)):
@@ -203,7 +203,8 @@ def test_scipy_functions_are_evaluated_by_scipy_as_the_generated_code_calls_them
 def test_evaluating_the_grid_is_not_counted_against_the_time_limit(tmp_path, monkeypatch):
     """Whether a spec builds must not depend on the machine's load: the grid's evaluation is not
     symbolic work."""
-    from codegen import domain, limits
+    from codegen import limits
+    from codegen.derive import domain
 
     slow = domain._not_finite
 

@@ -1,4 +1,4 @@
-"""The build-time domain check (codegen/domain.py) on every piecewise form of the
+"""The build-time domain check (codegen/derive/domain.py) on every piecewise form of the
 language: clamp, max, min, where, relu, abs (and sign, its derivative), comparisons as numbers,
 and/or/not. It crashed (exit 3) on acos(clamp(x, -1, 1)) (it tried to evaluate a Piecewise's
 (value, condition) pair while naming the failing part), on log(max(x, 0)) (a derivative's branch
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import sympy
 
-from codegen import domain, pipeline
-from codegen.branches import guard
+from codegen.build import pipeline
+from codegen.derive import domain
+from codegen.derive.branches import guard
 from codegen.errors import SpecErrors
-from codegen.expr import parse_expr
+from codegen.language.expr import parse_expr
 
 
 def _spec(expr: str, domain_text: str | None = None, inputs: str = "[x]", order: int = 2,

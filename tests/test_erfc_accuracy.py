@@ -16,10 +16,10 @@ import sympy
 import torch
 from helpers import build_spec
 
-from codegen import domain
-from codegen.expr import erfc, parse_expr
-from codegen.formula import formula
-from codegen.printer import TorchPrinter
+from codegen.derive import domain
+from codegen.emit.printer import TorchPrinter
+from codegen.language.expr import erfc, parse_expr
+from codegen.language.formula import formula
 
 x = sympy.Symbol("x", real=True)
 PROBIT = "log(erfc(-x/sqrt(2))/2)"

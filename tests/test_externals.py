@@ -19,8 +19,9 @@ from helpers import build_spec, import_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codegen import external, pipeline, write
-from codegen.expr import parse_expr
+from codegen.build import pipeline, write
+from codegen.language import external
+from codegen.language.expr import parse_expr
 
 x = sympy.Symbol("x", real=True)
 

@@ -13,7 +13,7 @@ import torch
 import yaml
 from helpers import build_spec, import_path
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 from codegen.spec import load_spec
 
 GELU_TANH = "0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))"

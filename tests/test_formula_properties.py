@@ -19,10 +19,10 @@ from formulas import printed_formulas, split_powers
 from hypothesis import example, given, settings
 from test_properties import Case, Node, binary, call, cases, num, power, scaled
 
-from codegen import pipeline
+from codegen.build import pipeline
+from codegen.derive.rewrite import stabilize
 from codegen.errors import SpecErrors
 from codegen.plan import by_cotangents
-from codegen.rewrite import stabilize
 
 X = Node("name", value="x", lo=0.2, hi=1.5)
 P = Node("name", value="k", lo=2.0, hi=2.0)

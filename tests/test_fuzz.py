@@ -35,8 +35,8 @@ import yaml
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-import codegen.expr  # noqa: F401 - imported here, as importing compiles code, which the guard refuses
-from codegen import pipeline
+import codegen.language.expr  # noqa: F401 - imported here, as importing compiles code, which the guard refuses
+from codegen.build import pipeline
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
 from codegen.spec import KEYS, load_spec

@@ -19,7 +19,8 @@ import pytest
 import yaml
 from helpers import import_path
 
-from codegen import pipeline, provenance, write
+from codegen import provenance
+from codegen.build import pipeline, write
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "_dbgen_checks.py"
@@ -168,7 +169,7 @@ def _outcomes(result: subprocess.CompletedProcess) -> dict[str, set[str]]:
 def test_the_checks_library_is_python_imported_as_it_is_shipped():
     """templates/dbgen_checks.py is a Python module (ruff lints it, tests import it): the shipped
     file is it under the generated header, formatted at the project's line length."""
-    from codegen.render import ruff_formatted
+    from codegen.emit.render import ruff_formatted
 
     source = (ROOT / "templates" / "dbgen_checks.py").read_text()
     library = import_path(ROOT / "templates" / "dbgen_checks.py")

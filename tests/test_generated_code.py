@@ -22,7 +22,7 @@ from helpers import (
 )
 from torch.autograd.function import FunctionCtx
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = sorted((ROOT / "generated").glob("*.py"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 
 ROOT = Path(__file__).resolve().parent.parent
 

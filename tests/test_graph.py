@@ -96,7 +96,7 @@ def test_saved_tensors_are_labelled_with_their_names(specs, spec, order, saved):
 
 
 def test_saved_names_follow_the_generated_classes():
-    from codegen.graph import saved_names
+    from codegen.tools.graph import saved_names
 
     source = (
         "class FForCompile(torch.autograd.Function):\n"

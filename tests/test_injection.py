@@ -23,7 +23,8 @@ import pytest
 import torch
 from helpers import assert_chains_close, budget, derivative_chain, import_path, sample
 
-from codegen import __version__, pipeline, write
+from codegen import __version__
+from codegen.build import pipeline, write
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
 

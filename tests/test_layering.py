@@ -18,18 +18,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "codegen"
 # Pipeline order: a module may import from its own stage or an earlier one.
 STAGES = (
     ("base", {"codegen", "codegen.errors", "codegen.limits", "codegen.signals", "codegen.provenance",
-              "codegen.console", "codegen.language", "codegen.formula"}),
-    ("language", {"codegen.special", "codegen.external", "codegen.expr"}),
-    ("spec", {"codegen.native", "codegen.spec", "codegen.schema", "codegen.config"}),
-    ("derive", {"codegen.symbolic", "codegen.domain", "codegen.series", "codegen.branches", "codegen.rewrite", "codegen.underflow",
-                "codegen.param_values"}),
-    ("plan", {"codegen.cost", "codegen.plan"}),
-    ("emit", {"codegen.printer", "codegen.render"}),
-    ("build", {"codegen.memory", "codegen.accuracy", "codegen.write", "codegen.pipeline"}),
-    ("tools", {"codegen.bench", "codegen.show", "codegen.graph", "codegen.scaffold", "codegen.audit"}),
-    ("cli", {"codegen.cli", "codegen.cli_format", "codegen.__main__"}),
+              "codegen.console"}),
+    ("language", {"codegen.language"}),
+    ("spec", {"codegen.spec"}),
+    ("derive", {"codegen.derive"}),
+    ("plan", {"codegen.plan"}),
+    ("emit", {"codegen.emit"}),
+    ("build", {"codegen.build"}),
+    ("tools", {"codegen.tools", "codegen.audit"}),
+    ("cli", {"codegen.cli", "codegen.__main__"}),
 )
-
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts

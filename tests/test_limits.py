@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen import limits, pipeline
+from codegen import limits
+from codegen.build import pipeline
 from codegen.errors import SpecErrors
 
 REPO = Path(__file__).resolve().parent.parent
@@ -239,7 +240,7 @@ def build_under(tmp_path: Path, text: str, bounds: limits.Limits):
     """Build the spec ``text`` under ``bounds`` and import the module (its name is the spec's)."""
     from helpers import import_path
 
-    from codegen import write
+    from codegen.build import write
 
     name = re.search(r"^name: (\w+)", text, re.MULTILINE)[1]
     path = tmp_path / "specs" / f"{name}.yaml"
@@ -275,7 +276,7 @@ def test_build_verbose_tells_which_candidate_was_left_out(tmp_path):
 
 
 def test_show_tells_which_candidate_was_left_out(tmp_path):
-    from codegen.show import show_text
+    from codegen.tools.show import show_text
 
     path = tmp_path / "triple_exp.yaml"
     path.write_text(TRIPLE_EXP)

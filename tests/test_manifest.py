@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from helpers import run_dbgen
 
-from codegen import __version__, cli, console, provenance, write
+from codegen import __version__, cli, console, provenance
+from codegen.build import write
 
 HEADER = provenance.header("specs/x.yaml", "0" * 64)
 

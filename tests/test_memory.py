@@ -1,7 +1,7 @@
 """The memory promise for any spec : the default build (``auto``) never saves more
 for backward than autograd through the expression as written, at W2 (forward) and W3 (forward and
 the first backward with create_graph), falling back from the cheapest candidate to one that keeps
-it (codegen/memory.py).
+it (codegen/build/memory.py).
 
 The reference is independent of dbgen: the spec's tree evaluated in torch ops by
 tests/test_properties.py, measured by ``dbgen bench``'s ``graph_measures`` at 256 float32 elements
@@ -30,7 +30,8 @@ from test_properties import (
     scaled,
 )
 
-from codegen import bench, memory, pipeline
+from codegen.build import memory, pipeline
+from codegen.tools import bench
 
 SIZE = 256
 

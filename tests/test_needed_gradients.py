@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import build_spec
 
-from codegen.bench import count_ops
+from codegen.tools.bench import count_ops
 
 SPEC = {
     "name": "pair",

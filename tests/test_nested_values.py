@@ -16,7 +16,8 @@ import sympy
 import torch
 from helpers import budget, build_spec, calls_externals, sample
 
-from codegen import bench, pipeline
+from codegen.build import pipeline
+from codegen.tools import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 # a spec calling external functions has no formula in torch ops to measure against

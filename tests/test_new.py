@@ -7,10 +7,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from codegen import pipeline
+from codegen.build import pipeline
 from codegen.cli import app
-from codegen.schema import SCHEMA_FILE, schema_text
 from codegen.spec import load_spec
+from codegen.spec.schema import SCHEMA_FILE, schema_text
 
 SCHEMA_LINE = "# yaml-language-server: $schema="
 

@@ -177,7 +177,7 @@ def test_known_internal_errors_are_still_open(name):
 
 def test_the_property_sees_an_internal_error():
     """The check above fails on exit 3: a pipeline that raises an unexpected exception is caught."""
-    from codegen import pipeline
+    from codegen.build import pipeline
 
     spec = {"name": "f", "expr": "x", "inputs": ["x"], "order": 1}
     with mock.patch.object(pipeline, "generate", side_effect=RuntimeError("boom")), \

@@ -24,9 +24,9 @@ import sympy
 import torch
 from helpers import build_spec
 
-from codegen import symbolic
-from codegen.printer import TorchPrinter
-from codegen.rewrite import in_ratios, stabilize
+from codegen.derive import symbolic
+from codegen.derive.rewrite import in_ratios, stabilize
+from codegen.emit.printer import TorchPrinter
 
 DIGITS = 50  # mpmath's, for the exact values
 RTOL = 1e-12

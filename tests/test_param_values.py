@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_properties import R, evaluate, scaled, text, trees
 
-from codegen.expr import parse_expr
-from codegen.param_values import other_param_values
+from codegen.derive.param_values import other_param_values
+from codegen.language.expr import parse_expr
 
 DEFAULT = (-2.0, 2.0)
 

@@ -8,8 +8,8 @@ import pytest
 import sympy
 import torch
 
-from codegen.bench import count_ops
-from codegen.printer import TorchPrinter
+from codegen.emit.printer import TorchPrinter
+from codegen.tools.bench import count_ops
 
 t, a, b, u, beta = sympy.symbols("t a b u beta", real=True)
 TENSORS = ("t", "a", "b", "u")
@@ -153,8 +153,8 @@ def test_scaling_a_cotangent_last_saves_nothing_for_the_second_order_pass():
 def test_docstring_formulas_are_written_in_the_spec_language(text, written):
     """SymPy's Abs and sign are the language's abs and a where (sign is not in the language), so
     a docstring formula can be pasted back into a spec and parses to the same function."""
-    from codegen.expr import parse_expr
-    from codegen.formula import formula
+    from codegen.language.expr import parse_expr
+    from codegen.language.formula import formula
 
     expr = parse_expr(text, ("x", "y"), ())
     assert formula(expr) == written

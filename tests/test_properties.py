@@ -33,7 +33,8 @@ import yaml
 from hypothesis import Phase, event, example, given, reject, settings
 from hypothesis import strategies as st
 
-from codegen import language, pipeline, write
+from codegen import language
+from codegen.build import pipeline, write
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES
 
@@ -544,7 +545,7 @@ def assert_orders_match(module, case: Case, seed: int = 0) -> None:
                                        msg=lambda m, i=index, o=level: f"order {o}, input {i} of {case.spec()}: {m}")
 
 
-# torch's float64 bessel_j0/j1/y0/y1 are off by up to 8.5e-7 (codegen/special.py)
+# torch's float64 bessel_j0/j1/y0/y1 are off by up to 8.5e-7 (codegen/language/special.py)
 INEXACT_IN_TORCH = {"bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1"}
 
 

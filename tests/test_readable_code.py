@@ -12,8 +12,8 @@ import pytest
 import sympy
 from sympy.codegen.cfunctions import log1p
 
-from codegen import pipeline
-from codegen.expr import sigmoid, softplus
+from codegen.build import pipeline
+from codegen.language.expr import sigmoid, softplus
 from codegen.plan import MAX_NAME, Namer, _describe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_a_name_is_always_a_python_name():
 def test_an_unused_value_is_not_renamed_onto_a_module_helper():
     """A saved value named ``horner`` (dbgen's series branch) unpacked unused was ``_horner``, which
     rebound the module's helper of that name: bessel_basis's jvp then called a tensor."""
-    from codegen import render
+    from codegen.emit import render
 
     assert render._unpack_used(["horner", "x"], {"x"}) == "_unused_horner, x"
     assert render._unpack_used(["sinh_x", "x"], {"x"}) == "_sinh_x, x"

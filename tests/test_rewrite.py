@@ -14,9 +14,7 @@ from hypothesis import strategies as st
 from sympy.codegen.rewriting import optimize
 from test_properties import R, scaled, text, trees
 
-from codegen.expr import parse_expr
-from codegen.printer import TorchPrinter
-from codegen.rewrite import (
+from codegen.derive.rewrite import (
     NEEDS,
     RULES,
     factored,
@@ -27,7 +25,9 @@ from codegen.rewrite import (
     stabilize,
     stabilize_tails,
 )
-from codegen.symbolic import merge_powers
+from codegen.derive.symbolic import merge_powers
+from codegen.emit.printer import TorchPrinter
+from codegen.language.expr import parse_expr
 
 NAMES = ("x", "y")
 # rule -> (expression before, a fragment the rewritten formula prints)

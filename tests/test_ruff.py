@@ -9,7 +9,7 @@ import pytest
 from helpers import HEAVY_EXAMPLES, strategy_matrix
 from ruff.__main__ import find_ruff_bin
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen import provenance, signals, write
+from codegen import provenance, signals
+from codegen.build import write
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "specs"
@@ -192,7 +193,7 @@ def test_a_commit_into_a_new_folder_that_fails_leaves_no_folder(tmp_path, replac
 KILLER = """
 import json, os, signal, sys
 from pathlib import Path
-from codegen import write
+from codegen.build import write
 out, step, kind, files = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 real = getattr(os, kind)
 calls = {"n": 0}

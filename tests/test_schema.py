@@ -1,4 +1,4 @@
-"""`dbgen schema`: the JSON Schema of spec files agrees with dbgen's own loader (codegen/schema.py)."""
+"""`dbgen schema`: the JSON Schema of spec files agrees with dbgen's own loader (codegen/spec/schema.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from codegen import spec as spec_module
 from codegen.cli import app
 from codegen.errors import SpecErrors
-from codegen.schema import DRAFT, schema_text
+from codegen.spec.schema import DRAFT, schema_text
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra: pip install -e '.[test]'")
 

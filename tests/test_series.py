@@ -1,4 +1,4 @@
-"""Removable singularities (codegen/series.py): sin(x)/x and its kin are exact at
+"""Removable singularities (codegen/derive/series.py): sin(x)/x and its kin are exact at
 and near their point at every order up to the spec's, NaN-free at the point itself, and formulas
 without such a point are left as they are.
 
@@ -20,9 +20,9 @@ import sympy
 import torch
 from helpers import build_spec
 
-from codegen import series
-from codegen.expr import parse_expr, spec_formulas
-from codegen.pipeline import discover, load_specs
+from codegen.build.pipeline import discover, load_specs
+from codegen.derive import series
+from codegen.language.expr import parse_expr, spec_formulas
 
 ORDER = 3
 X = sympy.Symbol("x", real=True)

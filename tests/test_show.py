@@ -10,8 +10,8 @@ import pytest
 import sympy
 from typer.testing import CliRunner
 
-from codegen import show
 from codegen.cli import app
+from codegen.tools import show
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs"
 x, y = sympy.symbols("x y", real=True)

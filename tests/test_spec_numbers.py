@@ -17,11 +17,11 @@ import torch
 from helpers import import_path, run_dbgen
 from typer.testing import CliRunner
 
-from codegen import pipeline, write
+from codegen.build import pipeline, write
 from codegen.cli import app
+from codegen.emit.printer import TorchPrinter
 from codegen.errors import SpecErrors
-from codegen.expr import ExprError, _zero_kind, parse_expr
-from codegen.printer import TorchPrinter
+from codegen.language.expr import ExprError, _zero_kind, parse_expr
 from codegen.spec import load_spec, load_text
 
 

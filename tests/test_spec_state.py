@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import run_dbgen
 
-from codegen.pipeline import spec_state
+from codegen.build.pipeline import spec_state
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "specs"
 

@@ -1,4 +1,4 @@
-"""Special functions (codegen/special.py): derivative tables, the generated
+"""Special functions (codegen/language/special.py): derivative tables, the generated
 module's ``_Special`` at and near 0 to every order, against mpmath, and misuse errors.
 
 Random trees with special functions are in test_properties.py; every function under a strategy in
@@ -15,8 +15,9 @@ import sympy
 import torch
 from helpers import budget, build_spec
 
-from codegen import special, symbolic
-from codegen.expr import ExprError, parse_expr
+from codegen.derive import symbolic
+from codegen.language import special
+from codegen.language.expr import ExprError, parse_expr
 
 x = special.ARGUMENT
 MPMATH = {  # the language functions by mpmath, written independently of special.py's exact values

@@ -63,7 +63,7 @@ def test_without_the_rewrites_the_same_check_fails(tmp_path, name):
     """The check has teeth: a --no-rewrite build of these specs is not finite in float32."""
     import yaml
 
-    from codegen import pipeline, write
+    from codegen.build import pipeline, write
 
     specs = tmp_path / "specs"
     specs.mkdir()

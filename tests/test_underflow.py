@@ -1,4 +1,4 @@
-"""Flat exponentials (codegen/underflow.py): exp(-1/x), exp(-1/x**2), exp(-1/(1 - x)) and the
+"""Flat exponentials (codegen/derive/underflow.py): exp(-1/x), exp(-1/x**2), exp(-1/(1 - x)) and the
 switches built of them are NaN-free at every order down to the smallest inputs, where their true
 derivatives are 0, and exact elsewhere; the docstrings write the user's formula."""
 
@@ -10,8 +10,8 @@ import sympy
 import torch
 from helpers import build_spec, derivative_chain
 
-from codegen.expr import parse_expr
-from codegen.underflow import CUT_EXPONENT, cut_underflows
+from codegen.derive.underflow import CUT_EXPONENT, cut_underflows
+from codegen.language.expr import parse_expr
 
 X = sympy.Symbol("x", real=True)
 TINY = [1e-300, 1e-200, 1e-160, 1e-110, 1e-100, 1e-50, 1e-20, 1e-14, 1e-12, 1e-6, 1e-3]

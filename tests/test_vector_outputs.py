@@ -27,7 +27,7 @@ from test_properties import (
     trees,
 )
 
-from codegen.bench import OpCounter
+from codegen.tools.bench import OpCounter
 
 SPEC = {
     "name": "polar_mix",

@@ -83,7 +83,7 @@ def cli_reference() -> str:
 
 def schema_reference() -> str:
     """The JSON Schema that ``dbgen schema`` prints."""
-    from codegen.schema import spec_schema
+    from codegen.spec.schema import spec_schema
 
     return "\n".join(["```json", json.dumps(spec_schema(), indent=2), "```"])
 

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_properties
 
-from codegen import bench, memory, pipeline
+from codegen.build import memory, pipeline
 from codegen.errors import SpecErrors
+from codegen.tools import bench
 
 STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 SIZE = 256

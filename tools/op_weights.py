@@ -1,9 +1,9 @@
-"""Measure the op weights of codegen/cost.py: one kernel's time relative to a product of two tensors.
+"""Measure the op weights of codegen/plan/cost.py: one kernel's time relative to a product of two tensors.
 
     python tools/op_weights.py [--size 1048576] [--fused]
 
 CPU, one thread, float32; the best of five timings of 30 calls each. Compare the printed ratios
-with FUNCTION_WEIGHTS (forward column) and the constants in codegen/cost.py. With ``--fused``,
+with FUNCTION_WEIGHTS (forward column) and the constants in codegen/plan/cost.py. With ``--fused``,
 each function is compiled (torch.compile, inductor) into a kernel ``op(x) * 1.5`` and what it
 adds to the compiled ``x * 1.5`` is printed: compare with FUSED_FUNCTION_WEIGHTS.
 """

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import functions, workloads
 from benchmarks.__main__ import FULL
-from codegen import bench
+from codegen.tools import bench
 
 
 def step_ops(step) -> Counter:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from codegen import bench, memory
+from codegen.build import memory
+from codegen.tools import bench
 
 PIECEWISE = ("soft_unit_step", "polynomial_cutoff", "cosine_cutoff", "elu", "huber")
 

@@ -134,7 +134,7 @@ def _doubt(answer: tuple, options) -> str | None:
 
 def _check_expr(expr: str) -> None:
     """--expr that is not in the language is an argument error, whatever the targets."""
-    from ..expr import ExprError, parse_expr
+    from ..language.expr import ExprError, parse_expr
 
     try:
         parse_expr(expr, None, None)

@@ -26,8 +26,8 @@ _SUFFIXES = ("_auto_fn", "_function", "_func", "_fn")
 def formula_function(expr: str, names: tuple[str, ...], order: int, params: dict | None = None):
     """``expr`` of the inputs ``names`` and the ``params`` (name -> value) as a torch function
     (TargetError where it is not in the language, with the parser's message)."""
-    from ..expr import ExprError, parse_expr
-    from ..memory import written_function
+    from ..build.memory import written_function
+    from ..language.expr import ExprError, parse_expr
 
     params = params or {}
     try:

@@ -30,9 +30,9 @@ from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import Boolean
 from sympy.printing.precedence import PRECEDENCE
 
-from .errors import SpecErrors
-from .expr import sigmoid
-from .formula import formula
+from ..errors import SpecErrors
+from ..language.expr import sigmoid
+from ..language.formula import formula
 
 # Safe points tried first, the same value for every input of a branch: they read well in the
 # generated code (torch.where(x > 0, x, 1.0)); then the domain grid.

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .write import _atomic_write
+from ..build.write import _atomic_write
 
 FORMATS = ("svg", "png")
 MAX_GRAPH_ORDER = 8
@@ -46,7 +46,7 @@ def picture_format(output: Path) -> str:
 
 def check_tools() -> None:
     """torchviz and Graphviz's ``dot`` are optional dependencies: say how to install what is missing."""
-    from .signals import import_torch
+    from ..signals import import_torch
 
     import_torch()  # torchviz imports it; a signal inside torch's import would be lost
     try:
@@ -83,7 +83,8 @@ def draw(spec_path: Path, output: Path, order: int, bounds=None) -> str:
 
 def _build(spec_path: Path, folder: Path, bounds):
     """Generate the spec into ``folder`` and import its module (raises SpecErrors for a bad spec)."""
-    from . import limits, pipeline, write
+    from .. import limits
+    from ..build import pipeline, write
 
     (spec,) = pipeline.load_specs([spec_path])
     write.write_files(folder, pipeline.generate(spec_path, limits=bounds or limits.DEFAULT))

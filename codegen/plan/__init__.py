@@ -16,10 +16,19 @@ from dataclasses import dataclass, replace
 
 import sympy
 
-from . import branches, cost, external, limits, symbolic
-from .errors import SpecErrors
-from .rewrite import factored, for_differentiation, in_ratios, smooth_norms, stabilize
-from .spec import Spec
+from .. import limits
+from ..derive import branches, symbolic
+from ..derive.rewrite import (
+    factored,
+    for_differentiation,
+    in_ratios,
+    smooth_norms,
+    stabilize,
+)
+from ..errors import SpecErrors
+from ..language import external
+from ..spec import Spec
+from . import cost
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
 # they start with "_", which no spec name and no Namer name does.

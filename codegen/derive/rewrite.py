@@ -20,7 +20,7 @@ from sympy.codegen.numpy_nodes import logaddexp
 from sympy.codegen.rewriting import ReplaceOptim, logaddexp_opt, optimize
 from sympy.printing.precedence import PRECEDENCE
 
-from .expr import erfc, sigmoid, softplus
+from ..language.expr import erfc, sigmoid, softplus
 from .symbolic import merge_powers
 
 MAX_PASSES = 8

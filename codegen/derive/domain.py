@@ -30,10 +30,12 @@ import math
 import mpmath
 import sympy
 
-from . import external, limits, signals, special, symbolic
-from .errors import SpecErrors
-from .formula import formula
-from .spec import DEFAULT_DOMAIN, Spec
+from .. import limits, signals
+from ..errors import SpecErrors
+from ..language import external, special
+from ..language.formula import formula
+from ..spec import DEFAULT_DOMAIN, Spec
+from . import symbolic
 
 MAX_POINTS = 8000  # grid points in all; per input the largest 2**k + 1 that keeps within it
 MAX_POINTS_PER_INPUT = 257

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import did_you_mean
-from .spec import DEFAULT_LINE_LENGTH
+from ..errors import did_you_mean
+from . import DEFAULT_LINE_LENGTH
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import sympy
 
-from .branches import unguarded
-from .formula import formula
+from ..derive.branches import unguarded
+from ..language.formula import formula
 
 MAX_SHOWN_CHARS = 1200  # a longer formula is summarised by its size: nobody reads it on a terminal
 _SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
@@ -47,7 +47,7 @@ def show_text(path: Path, latex: bool = False, bounds=None) -> str:
     """The report for the spec file at ``path``; raises SpecErrors for a bad spec.
 
     ``bounds`` (a ``limits.Limits``, default build's) bounds the symbolic work, as in build."""
-    from .pipeline import load_specs
+    from ..build.pipeline import load_specs
 
     (spec,) = load_specs([path])
     plan = _bounded_plan(spec, bounds)
@@ -77,9 +77,10 @@ def _formula_lines(plan, fmt) -> list[str]:
 
 def _bounded_plan(spec, bounds):
     """The plan build would make, under the same bounds on symbolic work (limits.py)."""
-    from . import limits, memory  # noqa: F401 - memory imports torch before the time limit starts
-    from .errors import SpecErrors
-    from .pipeline import plan_spec
+    from .. import limits
+    from ..build import memory  # noqa: F401 - memory imports torch before the time limit starts
+    from ..build.pipeline import plan_spec
+    from ..errors import SpecErrors
 
     try:
         with limits.enforced(bounds or limits.DEFAULT):

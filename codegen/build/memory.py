@@ -26,8 +26,8 @@ import types
 
 import torch
 
-from .printer import INT64_LIMIT
-from .special import SpecialFunctionBase
+from ..emit.printer import INT64_LIMIT
+from ..language.special import SpecialFunctionBase
 
 SIZE = 16  # elements per input: a full-size tensor is one of SIZE elements; scalars do not count
 _SEED = 0
@@ -100,7 +100,7 @@ def _saved(action, exclude: set[int]) -> int:
 def module_function(plan, source: str | None = None):
     """The public function of ``plan``'s module (``source``: its text, where already rendered), run
     eagerly (a fused build's kernels save the same)."""
-    from .render import render_module
+    from ..emit.render import render_module
 
     module = _module(source or render_module(plan, digest=""), "dbgen_memory_check")
     if hasattr(module, "FUSE"):
@@ -110,7 +110,7 @@ def module_function(plan, source: str | None = None):
 
 def composed_function(plan):
     """The expression written directly in torch ops, as the generated tests' ``composed``."""
-    from .render import composed_code
+    from ..emit.render import composed_code
 
     spec = plan.spec
     value, _ = composed_code(plan)
@@ -129,7 +129,7 @@ def _torch_scalar(value):
 def written_function(spec):
     """The spec's expression exactly as written, in torch ops (``(sigma/r)**12`` stays a quotient
     raised to a power, where SymPy would print ``sigma**12/r**12``), params as Python numbers."""
-    from .language import FUNCTION_ARITY
+    from ..language import FUNCTION_ARITY
 
     functions = {name: getattr(torch.special, name, None) or getattr(torch, name) for name in FUNCTION_ARITY
                  if hasattr(torch, name) or hasattr(torch.special, name)}

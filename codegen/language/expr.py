@@ -23,8 +23,7 @@ from sympy.codegen.cfunctions import expm1
 from sympy.core.evalf import PrecisionExhausted
 from sympy.logic.boolalg import Boolean, BooleanFalse, BooleanTrue
 
-from . import external, special
-from .language import NOT_YET
+from . import NOT_YET, external, special
 
 
 class ExprError(ValueError):
@@ -214,7 +213,7 @@ def spec_formulas(spec) -> tuple[tuple[str, sympy.Expr], ...]:
         SpecErrors: a formula that does not parse, reported on its line (a spec the loader
             accepted parses; this is for specs made in code).
     """
-    from .errors import SpecErrors
+    from ..errors import SpecErrors
 
     keys = tuple(f"outputs.{name}" for name, _ in spec.outputs) or ("expr",)
     parsed = []
@@ -801,6 +800,6 @@ def _fits_float(number: sympy.Number) -> bool:
 
 
 def _hint(name: str, choices) -> str:
-    from .errors import did_you_mean
+    from ..errors import did_you_mean
 
     return did_you_mean(name, choices)

@@ -16,22 +16,22 @@ from pathlib import Path
 import jinja2
 import sympy
 
-from . import external, special
-from .branches import boundaries
-from .formula import formula
-from .plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
+from ..derive.branches import boundaries
+from ..language import external, special
+from ..language.formula import formula
+from ..plan import Block, FunctionPlan, ModulePlan, Result, temporary_names
+from ..provenance import header
+from ..spec import DEFAULT_DOMAIN, DEFAULT_LINE_LENGTH
 from .printer import Copy, TorchPrinter
-from .provenance import header
-from .spec import DEFAULT_DOMAIN, DEFAULT_LINE_LENGTH
 
 MAX_DOC_FORMULA = 300
 
 
 def template_dir() -> Path:
     """Templates ship inside the wheel as codegen/templates; in a checkout they are ../templates."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "templates"
-    return packaged if packaged.is_dir() else here.parent / "templates"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "templates"
+    return packaged if packaged.is_dir() else package.parent / "templates"
 
 
 @functools.cache

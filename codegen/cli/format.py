@@ -77,7 +77,7 @@ class DbgenGroup(TyperGroup):
 
 
 def _report(error) -> int:
-    from . import console
+    from .. import console
 
     if type(error).__name__ == "NoArgsIsHelpError":  # `dbgen` alone: the help, as click prints it
         error.show()

@@ -14,7 +14,7 @@ import json
 import keyword
 
 # The loader's own rules (private to spec.py, read here so the schema follows any change to them).
-from . import spec
+from .. import spec
 
 SCHEMA_FILE = "dbgen-spec.schema.json"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -15,11 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from . import __version__, config
-from . import limits as bounds
-from .errors import Problem, SpecErrors
-from .provenance import header, header_source, seal, sealed_header
-from .spec import DEFAULT_LINE_LENGTH, Spec, display_path, load_spec, native_problems
+from .. import __version__
+from .. import limits as bounds
+from ..errors import Problem, SpecErrors
+from ..provenance import header, header_source, seal, sealed_header
+from ..spec import (
+    DEFAULT_LINE_LENGTH,
+    Spec,
+    config,
+    display_path,
+    load_spec,
+    native_problems,
+)
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 CHECKS_FILE = "_dbgen_checks.py"  # the generated tests' shared checks, one per tests folder
@@ -265,7 +272,7 @@ def _width_key(line_length: int) -> str:
 
 
 def render_init(names: list[str], specs_path: str, digest: str, line_length: int = DEFAULT_LINE_LENGTH) -> str:
-    from .render import render_init as render
+    from ..emit.render import render_init as render
 
     return seal(render(names, specs_path, digest, line_length))
 
@@ -273,7 +280,7 @@ def render_init(names: list[str], specs_path: str, digest: str, line_length: int
 def render_support(template: str, specs_path: str, digest: str,
                    line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """A file of the generated tests' that depends on no spec (``templates/NAME.jinja``)."""
-    from .render import render_support as render
+    from ..emit.render import render_support as render
 
     return seal(render(template, specs_path, digest, line_length))
 
@@ -287,8 +294,8 @@ def plan_spec(spec: Spec, rewrite: bool = True, check_domain: bool = False):
 def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     """``plan_spec``'s plan, and the accuracy oracle's report on it where auto measured it (else
     None)."""
-    from .plan import make_plan
-    from .rewrite import identity, stabilize
+    from ..derive.rewrite import identity, stabilize
+    from ..plan import make_plan
 
     formulas = _guarded_formulas(spec, rewrite)
     guarded = tuple(formula.planned for formula in formulas)
@@ -300,7 +307,7 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     if rewrite and _over_in_tanhs_tails(plan, report):
         plan, report = _with_exact_tails(spec, guarded, shown, plan, report)
     if not checked:
-        from . import domain
+        from ..derive import domain
 
         for formula in formulas:
             domain.check(spec, formula.planned, formula.key)
@@ -329,12 +336,12 @@ def _guarded_formulas(spec: Spec, rewrite: bool = True) -> tuple[GuardedFormula,
     """Per formula of ``spec`` (underflow.py, series.py, branches.py), in the spec's order."""
     import sympy
 
-    from .branches import guard
-    from .expr import spec_formulas
-    from .external import bessel_powers
-    from .rewrite import identity, inverse_hyperbolics
-    from .series import removable
-    from .underflow import cut_underflows
+    from ..derive.branches import guard
+    from ..derive.rewrite import identity, inverse_hyperbolics
+    from ..derive.series import removable
+    from ..derive.underflow import cut_underflows
+    from ..language.expr import spec_formulas
+    from ..language.external import bessel_powers
 
     def whole(formula):  # --no-rewrite: the derivatives as SymPy writes them
         return inverse_hyperbolics(bessel_powers(formula)) if rewrite else identity(formula)
@@ -362,7 +369,7 @@ def _over_in_tanhs_tails(plan, report) -> bool:
     ``rewrite.stabilize_tails`` writes exactly in its tails."""
     import sympy
 
-    from .rewrite import Sech2
+    from ..derive.rewrite import Sech2
 
     if report is None or not report.over_bound():
         return False
@@ -376,8 +383,8 @@ def _with_exact_tails(spec: Spec, guarded, shown, plan, report):
     where ``tanh_backward`` takes one, paid only where the domain reaches the tails."""
     from dataclasses import replace
 
-    from .plan import make_plan
-    from .rewrite import stabilize_tails
+    from ..derive.rewrite import stabilize_tails
+    from ..plan import make_plan
 
     accurate = AccuracyBound(spec)
     exact = make_plan(spec, guarded, stabilize_tails, accept=_criteria(accurate), shown=shown)
@@ -404,7 +411,8 @@ class AccuracyBound:
 
     def refusal(self, plan) -> str | None:
         """None where ``plan`` is within the bound at every order; else where it loses most."""
-        from . import accuracy, limits
+        from .. import limits
+        from . import accuracy
 
         if plan.spec.externs:
             return None  # no exact values to compare with
@@ -430,8 +438,8 @@ class AccuracyBound:
 def external_calls(spec: Spec) -> list[str]:
     """The names of the external functions (SciPy's, the spec's externs) the spec calls: it is then
     generated nested only, and has no formula in torch ops to compare or time it against."""
-    from .expr import spec_formulas
-    from .external import calls
+    from ..language.expr import spec_formulas
+    from ..language.external import calls
 
     return [cls.language for cls in calls([formula for _, formula in spec_formulas(spec)])]
 
@@ -440,7 +448,7 @@ def _domain_checked(spec: Spec, expr, key: str = "expr") -> bool:
     """Refuse a spec not finite on its domain before auto's memory bound runs the candidates' code
     there (0**x: a NaN gradient); False where the check's own derivatives meet a limit first, so
     that planning reports the limit for every strategy it tries, and the check runs after it."""
-    from . import domain
+    from ..derive import domain
 
     try:
         domain.check(spec, expr, key)
@@ -460,10 +468,10 @@ def generate_one(spec: Spec, rewrite: bool = True, limits: bounds.Limits = bound
 def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
     """generate_one, what auto left out or passed over (``ModulePlan.notes``, for --verbose), and
     the orders the accuracy oracle found over its bound (warnings)."""
-    from .signals import import_torch
+    from ..signals import import_torch
 
     import_torch()  # before the time limit starts (memory.py imports it)
-    from .render import render_module, render_tests
+    from ..emit.render import render_module, render_tests
 
     try:
         with bounds.enforced(limits):
@@ -474,7 +482,7 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     module = render_module(plan, digest)
     if measured is None:  # a strategy the spec chose: measured here, outside the time limit
         measured = measured_accuracy(plan, module)
-    from .param_values import other_param_values
+    from ..derive.param_values import other_param_values
 
     other = other_param_values(plan.every_formula, spec.params, spec.inputs, spec.domain)
     reference = _reference_domain(plan, measured, module, other)
@@ -619,7 +627,7 @@ def _placed(files: dict[str, str], name: str, layout: TestsLayout,
 def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
     template writes the default layout's; a path of any length is then formatted as ruff does)."""
-    from .render import ruff_formatted
+    from ..emit.render import ruff_formatted
 
     default = f"\n_PATH = {DEFAULT_LAYOUT.module_path(name)}\n"
     if default not in test_text:

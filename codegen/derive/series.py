@@ -87,8 +87,9 @@ import sympy
 from sympy.codegen import cfunctions
 from sympy.printing.precedence import PRECEDENCE
 
-from . import limits, symbolic
-from .expr import sigmoid, softplus
+from .. import limits
+from ..language.expr import sigmoid, softplus
+from . import symbolic
 
 SECONDS = 30.0  # a safety net only: the parts _expandable admits take 0.1 to 1.2 s (module docstring)
 MAX_DEGREE = 48  # the highest degree of a polynomial branch

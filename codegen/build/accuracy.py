@@ -45,7 +45,8 @@ from collections.abc import Callable, Sequence
 import mpmath
 import sympy
 
-from . import external, special, symbolic
+from ..derive import symbolic
+from ..language import external, special
 
 BOUND_BITS = {"float64": 4.0, "float32": 4.0}  # excess bits allowed where the truth is a normal float
 DIGITS = (30, 60)  # the truth at both; where they disagree beyond TRUST, at twice the digits again
@@ -70,7 +71,7 @@ def _slow(formula: sympy.Expr) -> bool:
 
 
 def _exact_functions() -> dict:
-    from .domain import _EXACT_FUNCTIONS
+    from ..derive.domain import _EXACT_FUNCTIONS
 
     return _EXACT_FUNCTIONS
 
@@ -550,7 +551,7 @@ def scipy_bits(formulas: Sequence[sympy.Expr], inputs: Sequence[sympy.Symbol], p
     exact. SciPy's kv, for one, is within 3 bits of mpmath at whole and half-whole orders and
     loses up to 10 at others (kv(0.4, x) on [1e-3, 60]); a fixed allowance would be too loose
     for the first and a false alarm for the second."""
-    from .domain import at_defaults
+    from ..derive.domain import at_defaults
 
     calls = {at_defaults(node.scipy_call(), spec)
              for formula in formulas for node in formula.atoms(external.ScipyFunctionBase)}
@@ -631,7 +632,7 @@ class Oracle:
     """
 
     def __init__(self, spec, count: int = 256, dtypes: Sequence[str] = ("float64", "float32"), seed: int = 0):
-        from .domain import at_defaults
+        from ..derive.domain import at_defaults
 
         self.spec = spec
         self.inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
@@ -771,7 +772,7 @@ def _unguarded(spec) -> list[sympy.Expr]:
     power and kv of its base is one function (external.bessel_powers): its derivatives as SymPy
     writes them apart cancel near 0 beyond any precision the oracle tries (terms of 1e864 for a
     value of 1e-288), so the truth there would be missing, and the points not counted."""
-    from .expr import spec_formulas
+    from ..language.expr import spec_formulas
 
     return [external.bessel_powers(formula) for _, formula in spec_formulas(spec)]
 

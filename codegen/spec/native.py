@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from .errors import close_match
+from ..errors import close_match
 
 EXAMPLE = "torch.nn.functional.mish"
 
@@ -23,7 +23,7 @@ class NativeError(ValueError):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, or ``NativeError`` naming what is wrong."""
-    from .signals import HeldSignals
+    from ..signals import HeldSignals
 
     with HeldSignals():  # torch's import, and the lazy submodules the lookup may import (signals.import_torch)
         return _resolve(name)
@@ -77,7 +77,7 @@ def probe(name: str, native: Callable, domains: list[tuple[float, float]], param
     or pass by chance (torch.bernoulli, torch.nn.functional.dropout)."""
     import torch
 
-    from .signals import HeldSignals
+    from ..signals import HeldSignals
 
     points = [torch.linspace(lo, hi, PROBE_POINTS, dtype=torch.float64).roll(i) for i, (lo, hi) in enumerate(domains)]
     with HeldSignals():

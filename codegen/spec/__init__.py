@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import Problem, SpecErrors, did_you_mean
-from .language import CONSTANT_NAMES, FUNCTION_ARITY
+from ..errors import Problem, SpecErrors, did_you_mean
+from ..language import CONSTANT_NAMES, FUNCTION_ARITY
 
 MAX_SPEC_BYTES = 64 * 1024
 # The generated code's line length where the project sets none: ruff's and Black's default.
@@ -633,7 +633,7 @@ def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str
     ``outputs`` are the other outputs' names (an expression cannot use them). ``externs``: the
     spec's (None where a declaration has a problem: their names are then taken for functions of
     any arity)."""
-    from .expr import (  # SymPy: imported only when an expression is parsed
+    from ..language.expr import (  # SymPy: imported only when an expression is parsed
         ExprError,
         parse_expr,
     )
@@ -653,7 +653,7 @@ def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[
     """A spec that calls external functions is nested, and not fused (external.conflicts)."""
     if not parsed:
         return
-    from .external import calls, conflicts
+    from ..language.external import calls, conflicts
 
     for key, message in conflicts(fields["strategy"] or "auto", bool(fields["fuse"]), calls(parsed)):
         reader.fail(lines.get(key, 1), message)
@@ -759,7 +759,7 @@ def _read_derivatives(reader: _Reader, node, where: str, args, lines: dict[str, 
 def _check_externs(reader: _Reader, externs: tuple[Extern, ...], lines: dict[str, int]) -> tuple[Extern, ...] | None:
     """Parse every extern's derivatives (they may call each other and SciPy's functions); the
     externs, or None when one has a problem (reported on its derivative's line)."""
-    from .expr import DerivativeError, declared_functions
+    from ..language.expr import DerivativeError, declared_functions
 
     try:
         declared_functions(externs)

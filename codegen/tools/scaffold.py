@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SpecErrors
-from .schema import SCHEMA_FILE, schema_text
-from .spec import (  # the loader's own rule for a plain number
+from ..errors import SpecErrors
+from ..spec import (  # the loader's own rule for a plain number
     _NUMBER_RE,
     display_path,
     load_text,
 )
+from ..spec.schema import SCHEMA_FILE, schema_text
 
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
 _PLAIN_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -148,7 +148,7 @@ def create(new: NewSpec, target: Path) -> Written:
 def _validate(text: str, shown: str) -> None:
     """The loader's own checks on the text about to be written, then the build's domain check (the
     function and its derivatives finite on the domain); problems name the option to change."""
-    from .pipeline import check_finite
+    from ..build.pipeline import check_finite
 
     try:
         check_finite(load_text(text, shown))

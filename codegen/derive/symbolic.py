@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import sympy
 from sympy.codegen import cfunctions
 
-from . import limits
+from .. import limits
 
 
 def clean(expr: sympy.Expr) -> sympy.Expr:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import sympy
 
-from .branches import Guard, Masked
-from .symbolic import SumTerm
+from ..derive.branches import Guard, Masked
+from ..derive.symbolic import SumTerm
 
 # One kernel's time relative to ``a * b``, and the time of autograd's backward for it.
 # Functions: (forward, backward); the backward of most is one fused kernel (tanh_backward,

@@ -46,16 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
-from .errors import Problem, SpecErrors
-from .provenance import (
+from .. import __version__
+from ..errors import Problem, SpecErrors
+from ..provenance import (
     HEADER_PREFIX,
     body_digest,
     edited_by_hand,
     sealed_header,
     written_digest,
 )
-from .signals import HeldSignals
+from ..signals import HeldSignals
 
 LOCK_NAME = ".dbgen.lock"
 TEMP_PREFIX = ".dbgen-tmp-"

@@ -14,8 +14,8 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.pycode import PythonCodePrinter
 from sympy.printing.str import StrPrinter
 
-from .external import UserExternBase
-from .symbolic import SumTerm
+from ..derive.symbolic import SumTerm
+from ..language.external import UserExternBase
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 # The largest magnitude a Python float may have to be a where()/clamp() operand of any float

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import __version__
-from .spec import STRATEGIES, Spec
+from .. import __version__
+from ..spec import STRATEGIES, Spec
 
 WORKLOADS = ("W1", "W2", "W3", "W4")  # W(k+1) takes derivatives of order k
 SUMMARY_WORKLOAD = "W3"
@@ -151,7 +151,7 @@ class Subject:
 
 def load_specs(specs_path: Path) -> list[Spec]:
     """The validated specs under SPECS; problems raise ``SpecErrors`` as in ``dbgen build``."""
-    from . import pipeline
+    from ..build import pipeline
 
     return pipeline.load_specs(pipeline.discover(specs_path))
 
@@ -199,7 +199,7 @@ def check_native(spec: Spec, native: Callable, generated: Callable, order: int =
     and the spec's order (none: torch.special.bessel_j0); or whose derivatives up to ``order``
     fail in ``dtype``. Otherwise the timed workloads would stop with a traceback (exit 3), or time
     another function."""
-    from .errors import SpecErrors
+    from ..errors import SpecErrors
 
     params = dict(spec.params)
     native_at, generated_at = functools.partial(native, **params), functools.partial(generated, **params)
@@ -321,7 +321,7 @@ def _code_of(module) -> str:
 
 
 def _generate_and_import(spec: Spec, folder: Path):
-    from . import pipeline
+    from ..build import pipeline
 
     for rel, text in pipeline.generate_one(spec).items():
         path = folder / rel
@@ -349,7 +349,7 @@ def import_path(path: Path):
 
 def resolve_native(name: str) -> Callable:
     """``torch.nn.functional.mish`` -> the callable, by attribute lookup from ``torch`` only."""
-    from . import native
+    from ..spec import native
 
     try:
         return native.resolve_native(name)
@@ -501,7 +501,7 @@ def _counted_event(event) -> bool:
 def saved_bytes(action: Callable[[], object], exclude: set[int] = frozenset()):
     """(bytes, result): the unique storages autograd saves while ``action`` runs, by data pointer,
     leaving out the storages in ``exclude`` (the inputs' and the cotangents')."""
-    from .memory import saved_storages
+    from ..build.memory import saved_storages
 
     storages, result = saved_storages(action)
     return sum(n for ptr, n in storages.items() if ptr and ptr not in exclude), result
@@ -599,7 +599,7 @@ class Results:
 
 def run(specs_path: Path, config: Config, echo: Callable[[str], None] = print) -> Results:
     """Benchmark every spec under ``specs_path``, printing each spec's rows as they are measured."""
-    from .pipeline import external_calls
+    from ..build.pipeline import external_calls
 
     specs = []
     for spec in load_specs(specs_path):

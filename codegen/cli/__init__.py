@@ -16,9 +16,9 @@ from pathlib import Path
 
 import typer
 
-from . import __version__, console, limits
-from .cli_format import DbgenCommand, DbgenGroup
-from .errors import SpecErrors
+from .. import __version__, console, limits
+from ..errors import SpecErrors
+from .format import DbgenCommand, DbgenGroup
 
 app = typer.Typer(
     cls=DbgenGroup,  # one-line 'dbgen: ...' usage errors, exit 2 (cli_format.py)
@@ -31,7 +31,7 @@ app = typer.Typer(
 command = functools.partial(app.command, cls=DbgenCommand)  # usage lines and Arguments as click shows them
 
 SPECS_ARG = typer.Argument(..., metavar="SPECS", help="Spec files, or folders searched recursively for *.yaml / *.yml.")
-# build and check take their defaults from [tool.dbgen] in pyproject.toml (codegen/config.py)
+# build and check take their defaults from [tool.dbgen] in pyproject.toml (codegen/spec/config.py)
 CONFIGURED_SPECS_ARG = typer.Argument(
     None, metavar="SPECS",
     help="Spec files, or folders searched recursively for *.yaml / *.yml. "
@@ -108,7 +108,7 @@ def build(
     options, and their body hash shows no hand edit) is skipped; a file edited by hand is
     rewritten. Example: dbgen build specs/ -o generated --jobs 2
     """
-    from . import pipeline, write
+    from ..build import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
     settings = _settings(specs, output, jobs, fuse, tests_out)
@@ -188,7 +188,8 @@ def check(
     and options) and no hand edit is up to date without regenerating it, as build skips it; the
     others are regenerated and compared. Writes nothing. Example: dbgen check specs/ -o generated
     """
-    from . import pipeline, provenance, write
+    from .. import provenance
+    from ..build import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
     settings = _settings(specs, output, jobs, fuse, tests_out)
@@ -267,7 +268,8 @@ def _kept_by_build(path: Path, fresh: str) -> bool:
     written by another version of ruff, say), and, for a test file, it tests the module the fresh one
     does (after OUT was renamed, it leads to the old folder, and a build writes it anew). Only then
     does the build need --force."""
-    from . import provenance, write
+    from .. import provenance
+    from ..build import write
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -309,10 +311,10 @@ def bench(
     Prints the tables on stdout; writes files only where asked: the markdown report with
     --report FILE, the plot with --plot FILE. Example: dbgen bench specs/ --size 4096 --report bench.md
     """
-    from .signals import import_torch
+    from ..signals import import_torch
 
     import_torch()  # bench imports it; a signal inside torch's import would be lost
-    from . import bench as benchmark
+    from ..tools import bench as benchmark
 
     try:
         config = benchmark.make_config(size, orders, strategies, threads, repeats, dtype, report, plot, fuse)
@@ -346,13 +348,13 @@ def accuracy(
     value, plus the ends, 0 and branch thresholds). Exits 1 when a generated order loses more
     bits than the bound anywhere. Example: dbgen accuracy specs/sinh.yaml --plot sinh.png
     """
-    from .signals import import_torch
+    from ..signals import import_torch
 
     import_torch()
     import json
 
-    from . import accuracy as oracle
-    from .pipeline import discover, load_specs, plan_spec
+    from ..build import accuracy as oracle
+    from ..build.pipeline import discover, load_specs, plan_spec
 
     chosen = tuple(d.strip() for d in dtypes.split(",") if d.strip())
     if not chosen or any(d not in oracle.BOUND_BITS for d in chosen):
@@ -423,12 +425,12 @@ def audit(
     at some order up to --order, else 2 when a target could not be checked (not finite on its
     domain: give --domain), else 0. Example: dbgen audit mypkg/ops.py --domain x=0.1,5 --order 3
     """
-    from .signals import import_torch
+    from ..signals import import_torch
 
     import_torch()
-    from . import audit as auditing
-    from .audit import report
-    from .scaffold import NewSpecError
+    from .. import audit as auditing
+    from ..audit import report
+    from ..tools.scaffold import NewSpecError
 
     try:
         if dtype not in ("float64", "float32"):
@@ -455,7 +457,7 @@ def audit(
 
 def _audit_params(texts: list[str]) -> dict[str, float]:
     """--params NAME=NUMBER (repeated or comma-separated), as ``dbgen new`` reads them."""
-    from .scaffold import parse_params
+    from ..tools.scaffold import parse_params
 
     return {name: float(value) for name, value in parse_params(texts)}
 
@@ -485,7 +487,7 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _write_spec(audit, folder: Path) -> Path:
-    from .audit.replacement import write_spec
+    from ..audit.replacement import write_spec
 
     return write_spec(audit.spec, folder)
 
@@ -494,8 +496,8 @@ def _print_audit(audits, options, written) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    from . import audit as auditing
-    from .audit import report
+    from .. import audit as auditing
+    from ..audit import report
 
     out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 160, emoji=False)
     out.print(report.table(audits, options.order, options.expr is not None))
@@ -527,7 +529,7 @@ def show(
 
     Example: dbgen show specs/sinh.yaml (add --latex for LaTeX formulas)
     """
-    from .show import show_text
+    from ..tools.show import show_text
 
     for path in spec:
         _one_spec_file(path, "show")
@@ -556,7 +558,7 @@ def graph(
 
     Example: dbgen graph specs/cube.yaml -o cube.svg --order 3
     """
-    from .graph import GraphError, draw
+    from ..tools.graph import GraphError, draw
 
     _one_spec_file(spec, "graph")
     try:
@@ -598,7 +600,8 @@ def new(
 
     Example: dbgen new swish --expr 'x * sigmoid(beta * x)' --inputs x --params beta=1.0 --domain x=-8,8
     """
-    from . import config, scaffold
+    from ..spec import config
+    from ..tools import scaffold
 
     try:
         new_spec = scaffold.NewSpec(name, expr, scaffold.parse_inputs(inputs), order,
@@ -630,7 +633,7 @@ def schema(
 
     Example: dbgen schema -o specs/dbgen-spec.schema.json
     """
-    from .schema import schema_text
+    from ..spec.schema import schema_text
 
     if output is None:
         typer.echo(schema_text(), nl=False)
@@ -668,7 +671,7 @@ def _spec_example(path: Path) -> Path | None:
 def _settings(specs: list[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
               tests: Path | None = None):
     """Command-line values over [tool.dbgen] in pyproject.toml over defaults; a bad table exits 2."""
-    from . import config
+    from ..spec import config
 
     try:
         return config.resolve(specs, output, jobs, fuse, tests=tests)
@@ -680,7 +683,7 @@ def _settings(specs: list[Path] | None, output: Path | None, jobs: int | None, f
 def _build_hint(spec: Path) -> str:
     """The build that includes a new spec: one build's SPECS is the whole set of its output's specs,
     so the hint names the configured or conventional specs folder, never just the new spec's own."""
-    from . import config
+    from ..spec import config
 
     _, table = config.load()
     if "specs" in table:
@@ -692,7 +695,7 @@ def _build_hint(spec: Path) -> str:
 
 def _configured_specs_folder() -> Path:
     """Where new specs go: [tool.dbgen] specs when it names a folder, else specs/."""
-    from . import config
+    from ..spec import config
 
     root, table = config.load()
     folder = config.project_path(root, table["specs"]) if "specs" in table else None
@@ -702,7 +705,7 @@ def _configured_specs_folder() -> Path:
 def _spec_reporter(say: console.Console, specs):
     """pipeline's per-spec callback: the progress line, and with --verbose a line per spec. Its
     ``total`` is the number of specs found."""
-    from .pipeline import SpecsPathError, discover
+    from ..build.pipeline import SpecsPathError, discover
 
     try:
         total = len(discover(specs))
@@ -727,7 +730,7 @@ def _spec_reporter(say: console.Console, specs):
 def _run(action, writes: bool = True):
     """Run a pipeline step; spec problems exit 2 with one 'path:line: message' line each, then a
     count (a command that ``writes`` adds that it wrote nothing; show and check never write)."""
-    from .pipeline import SpecsPathError
+    from ..build.pipeline import SpecsPathError
 
     try:
         return action()
@@ -746,7 +749,7 @@ def _run(action, writes: bool = True):
 @contextlib.contextmanager
 def _locked(output: Path):
     """Hold OUTPUT's build lock (write.lock_output); another build holding it exits 2."""
-    from . import write
+    from ..build import write
 
     try:
         lock = _io(output, lambda: write.lock_output(output))
@@ -781,7 +784,7 @@ def _stop_on_signals() -> None:
     """SIGINT and SIGTERM raise signals.Interrupted, so that a build undoes what it started (see
     write.py) and exits 128 + the signal number (click would turn a KeyboardInterrupt into exit 1).
     A signal the caller set to be ignored stays ignored."""
-    from .signals import Interrupted
+    from ..signals import Interrupted
 
     def stop(signum, frame):
         raise Interrupted(signum)
@@ -794,7 +797,7 @@ def _stop_on_signals() -> None:
 
 def run() -> None:
     """Console entry point: no traceback reaches a user."""
-    from .signals import Interrupted
+    from ..signals import Interrupted
 
     _stop_on_signals()
     try:
