@@ -11,7 +11,7 @@ mish nested at order 8 at order 6 (78,806 nodes) in 1.6 s, exp(exp(exp(x))) at o
 in 3.2 s, both under 65 MB; at 100,000 mish goes on to order 7 (550,936 nodes) and takes 10 s. So:
 
 - size: the derivatives of each order are measured (expression tree nodes) where they are
-  produced, ``symbolic.partial_derivatives``, each level of ``plan._nested`` and a single level's
+  produced, ``symbolic.partial_derivatives``, each level of ``plan.nested._nested`` and a single level's
   backward (order 1); one order over the limit stops the spec (or, in an attempt, that attempt). Memory needs no limit of its own (RLIMIT_AS would need a process per
   spec): SymPy shares repeated subexpressions (an unlimited build of the blow-up above peaks at
   76 MB), and an order is only ever computed from one under the limit.

@@ -404,7 +404,7 @@ def test_auto_takes_the_cheapest_where_no_candidate_is_within_the_accuracy_bound
 
 
 def test_ranked_choice_takes_the_first_that_passes_the_most_criteria():
-    from codegen.plan import _ranked_choice
+    from codegen.plan.strategy import _ranked_choice
 
     def refuses(*names):
         return lambda plan: "too big" if plan in names else None

@@ -1,5 +1,5 @@
 """Generated code a person can check by eye: temporaries named from what they hold
-(plan._describe), short and deterministic, numbered only where nothing describes them; no call
+(plan.naming._describe), short and deterministic, numbered only where nothing describes them; no call
 nested more than two deep in the Functions (folded sums get named temporaries)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sympy.codegen.cfunctions import log1p
 
 from codegen.build import pipeline
 from codegen.language.expr import sigmoid, softplus
-from codegen.plan import MAX_NAME, Namer, _describe
+from codegen.plan.naming import MAX_NAME, Namer, _describe
 
 ROOT = Path(__file__).resolve().parent.parent
 x, y, grad_out = (sympy.Symbol(name, real=True) for name in ("x", "y", "grad_out"))

@@ -315,7 +315,7 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
 
 
 def _criteria(accurate: AccuracyBound):
-    """auto's criteria in their order (plan._ranked_choice): the memory bound, then the accuracy
+    """auto's criteria in their order (plan.strategy._ranked_choice): the memory bound, then the accuracy
     bound as ``accurate`` measures it."""
     from .memory import excess
 

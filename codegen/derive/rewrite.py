@@ -1441,7 +1441,7 @@ def factored(expr: sympy.Expr) -> sympy.Expr:
 @functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """``expr`` with every rule applied, bottom-up, until nothing changes, also in the factored
-    form that the planner prints (``plan._block`` factors each formula before CSE).
+    form that the planner prints (``plan.blocks._block`` factors each formula before CSE).
 
     Factoring can uncover a pattern: s - s**2, a nested level's derivative of sigmoid(u) = s, is
     printed as s*(1 - s), which cancels near s = 1 unless rewritten to s*sigmoid(-u). So a formula
