@@ -9,9 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from codegen import spec as spec_module
 from codegen.cli import app
 from codegen.errors import SpecErrors
+from codegen.spec import load_spec
+from codegen.spec import model as spec_module
 from codegen.spec.schema import DRAFT, schema_text
 
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the test extra: pip install -e '.[test]'")
@@ -82,7 +83,7 @@ def test_an_outputs_spec_validates(validator, tmp_path, stack):
     assert list(validator.iter_errors(data)) == []
     path = tmp_path / "spec.yaml"
     path.write_text(json.dumps(data))
-    assert spec_module.load_spec(path, "spec.yaml").outputs == tuple(SPHERICAL["outputs"].items())
+    assert load_spec(path, "spec.yaml").outputs == tuple(SPHERICAL["outputs"].items())
 
 
 BAD = {
@@ -133,5 +134,5 @@ def test_bad_specs_fail_the_schema_and_the_loader(validator, tmp_path, case):
     path = tmp_path / "spec.yaml"
     path.write_text(json.dumps(data))  # JSON is YAML; the loader must refuse it too
     with pytest.raises(SpecErrors):
-        spec_module.load_spec(path, "spec.yaml")
+        load_spec(path, "spec.yaml")
 

@@ -1,6 +1,6 @@
 """The JSON Schema (draft 2020-12) of a spec file, for editors and other tools.
 
-Built from the constants ``spec.py`` validates with, so the two cannot drift apart on limits,
+Built from the constants the spec package validates with, so the two cannot drift apart on limits,
 names and choices. The schema cannot express everything the loader checks (the expression
 language, lo < hi in a domain, domain keys naming inputs, params and outputs distinct from inputs
 and from each other): dbgen's own loader stays the authority, and the schema catches the rest as
@@ -13,8 +13,8 @@ import builtins
 import json
 import keyword
 
-# The loader's own rules (private to spec.py, read here so the schema follows any change to them).
-from .. import spec
+# The loader's own rules (private to spec/fields.py, read here so the schema follows any change to them).
+from . import fields, model
 
 SCHEMA_FILE = "dbgen-spec.schema.json"
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -29,9 +29,9 @@ def spec_schema() -> dict:
         "title": "dbgen spec",
         "description": "One function for dbgen: a torch.autograd.Function with verified higher-order derivatives.",
         "type": "object",
-        "required": list(spec.REQUIRED_KEYS),
+        "required": list(model.REQUIRED_KEYS),
         # exactly one of expr (one output) and outputs (a vector-valued function)
-        "oneOf": [{"required": [key]} for key in spec.FORMULA_KEYS],
+        "oneOf": [{"required": [key]} for key in model.FORMULA_KEYS],
         "dependentRequired": {"stack": ["outputs"]},  # stack stacks outputs: never with expr
         "additionalProperties": False,
         "properties": {
@@ -42,25 +42,25 @@ def spec_schema() -> dict:
                 "type": "array",
                 "items": _symbol_name("An input's name."),
                 "minItems": 1,
-                "maxItems": spec.MAX_INPUTS,
+                "maxItems": model.MAX_INPUTS,
                 "uniqueItems": True,
             },
             "order": {
                 "description": "Highest derivative order written out and verified by the generated tests.",
                 "type": "integer",
                 "minimum": 1,
-                "maximum": spec.MAX_ORDER,
+                "maximum": model.MAX_ORDER,
             },
             "params": {
                 "description": "Non-differentiable constants: keyword-only arguments with these defaults.",
                 "type": "object",
                 "propertyNames": _symbol_name("A param's name."),
                 "additionalProperties": _FINITE,
-                "maxProperties": spec.MAX_PARAMS,
+                "maxProperties": model.MAX_PARAMS,
             },
             "strategy": {
                 "description": "How the Function keeps what its backward needs; auto picks one.",
-                "enum": list(spec.STRATEGIES),
+                "enum": list(model.STRATEGIES),
                 "default": "auto",
             },
             "domain": {
@@ -74,13 +74,13 @@ def spec_schema() -> dict:
             "doc": {
                 "description": "One line: the docstring's first line.",
                 "type": "string",
-                "maxLength": spec.MAX_DOC_CHARS,
+                "maxLength": model.MAX_DOC_CHARS,
                 "pattern": "^[^\\n\\r]*$",
             },
             "native": {
                 "description": "An equivalent PyTorch callable the generated tests also compare with.",
                 "type": "string",
-                "pattern": "^" + spec._NATIVE_RE.pattern.removesuffix("\\Z") + "$",
+                "pattern": "^" + fields._NATIVE_RE.pattern.removesuffix("\\Z") + "$",
                 "examples": ["torch.sinh", "torch.nn.functional.mish"],
             },
             "fuse": {
@@ -94,7 +94,7 @@ def spec_schema() -> dict:
                 "propertyNames": _symbol_name("An output's name."),
                 "additionalProperties": _expression("An output's function of the inputs and params."),
                 "minProperties": 1,
-                "maxProperties": spec.MAX_OUTPUTS,
+                "maxProperties": model.MAX_OUTPUTS,
             },
             "stack": {
                 "description": "With outputs: return one tensor, the outputs stacked along a new last dimension.",
@@ -108,7 +108,7 @@ def spec_schema() -> dict:
                 "propertyNames": _symbol_name("The function's name in expressions."),
                 "additionalProperties": _extern(),
                 "minProperties": 1,
-                "maxProperties": spec.MAX_EXTERNS,
+                "maxProperties": model.MAX_EXTERNS,
             },
         },
     }
@@ -117,17 +117,17 @@ def spec_schema() -> dict:
 def _extern() -> dict:
     return {
         "type": "object",
-        "required": list(spec.EXTERN_KEYS),
+        "required": list(model.EXTERN_KEYS),
         "additionalProperties": False,
         "properties": {
             "impl": {"description": "module:callable; it gets detached tensors and returns a tensor.",
-                     "type": "string", "pattern": "^" + spec._IMPL_RE.pattern.removesuffix("\\Z") + "$"},
+                     "type": "string", "pattern": "^" + fields._IMPL_RE.pattern.removesuffix("\\Z") + "$"},
             "args": {"description": "Its arguments, in call order.", "type": "array", "minItems": 1,
-                     "maxItems": spec.MAX_INPUTS, "uniqueItems": True, "items": _symbol_name("An argument.")},
+                     "maxItems": model.MAX_INPUTS, "uniqueItems": True, "items": _symbol_name("An argument.")},
             "derivatives": {
                 "description": ("d/d(arg), one per argument, in the language (may call externs); null for an "
                                 "argument that is only ever a number or a param."),
-                "type": "array", "minItems": 1, "maxItems": spec.MAX_INPUTS,
+                "type": "array", "minItems": 1, "maxItems": model.MAX_INPUTS,
                 "items": {"anyOf": [_expression("A derivative formula."), {"type": "null"}]},
             },
         },
@@ -139,22 +139,22 @@ def _expression(description: str) -> dict:
 
 
 def _name() -> dict:
-    reserved = {n for n in dir(builtins) if spec._NAME_RE.match(n)}
-    reserved |= {*keyword.kwlist, *keyword.softkwlist, *spec._MODULE_GLOBALS, *spec._WINDOWS_RESERVED, "tests"}
+    reserved = {n for n in dir(builtins) if fields._NAME_RE.match(n)}
+    reserved |= {*keyword.kwlist, *keyword.softkwlist, *fields._MODULE_GLOBALS, *fields._WINDOWS_RESERVED, "tests"}
     return {
         "description": "Module file name and public function name; unique in a build.",
         "type": "string",
-        "pattern": "^" + spec._NAME_RE.pattern.removesuffix("\\Z") + "$",
-        "maxLength": spec.MAX_NAME_CHARS,
+        "pattern": "^" + fields._NAME_RE.pattern.removesuffix("\\Z") + "$",
+        "maxLength": model.MAX_NAME_CHARS,
         "not": {"anyOf": [
-            {"enum": sorted(n for n in reserved if spec._NAME_RE.match(n))},
+            {"enum": sorted(n for n in reserved if fields._NAME_RE.match(n))},
             {"pattern": "^(test|conftest$)"},  # modules pytest would collect
         ]},
     }
 
 
 def _symbol_name(description: str) -> dict:
-    reserved = {*spec._RESERVED_SYMBOLS, *keyword.kwlist}
+    reserved = {*fields._RESERVED_SYMBOLS, *keyword.kwlist}
     return {"description": description, "type": "string", "pattern": _IDENTIFIER, "not": {"enum": sorted(reserved)}}
 
 

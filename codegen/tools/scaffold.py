@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecErrors
-from ..spec import (  # the loader's own rule for a plain number
-    _NUMBER_RE,
-    display_path,
-    load_text,
-)
+from ..spec import display_path, load_text
+from ..spec.nodes import _NUMBER_RE  # the loader's own rule for a plain number
 from ..spec.schema import SCHEMA_FILE, schema_text
 
 SCHEMA_COMMENT = "# yaml-language-server: $schema="
