@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from helpers import run_dbgen
 
-from codegen import __version__, cli, console, provenance
+from codegen import __version__, console, provenance
 from codegen.build import write
+from codegen.cli import build_commands
 
 HEADER = provenance.header("specs/x.yaml", "0" * 64)
 
@@ -369,9 +370,9 @@ class Notes(console.Console):
 ])
 def test_jobs_are_capped_by_usable_cores_and_available_memory(monkeypatch, cores, memory, requested, usable):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
-    monkeypatch.setattr(cli, "_available_memory", lambda: memory)
+    monkeypatch.setattr(build_commands, "_available_memory", lambda: memory)
     say = Notes()
-    assert cli._usable_jobs(requested, say) == usable
+    assert build_commands._usable_jobs(requested, say) == usable
     if usable == requested:
         assert say.lines == []
     else:
@@ -380,7 +381,7 @@ def test_jobs_are_capped_by_usable_cores_and_available_memory(monkeypatch, cores
 
 
 def test_available_memory_is_read_from_proc_meminfo():
-    memory = cli._available_memory()
+    memory = build_commands._available_memory()
     if not Path("/proc/meminfo").is_file():
         assert memory is None
     else:
