@@ -169,7 +169,7 @@ def _outcomes(result: subprocess.CompletedProcess) -> dict[str, set[str]]:
 def test_the_checks_library_is_python_imported_as_it_is_shipped():
     """templates/dbgen_checks.py is a Python module (ruff lints it, tests import it): the shipped
     file is it under the generated header, formatted at the project's line length."""
-    from codegen.emit.render import ruff_formatted
+    from codegen.emit.text import ruff_formatted
 
     source = (ROOT / "templates" / "dbgen_checks.py").read_text()
     library = import_path(ROOT / "templates" / "dbgen_checks.py")

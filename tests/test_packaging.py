@@ -88,7 +88,7 @@ def test_wheel_ships_the_package_and_templates(wheel):
 def test_installed_wheel_builds_from_another_folder(venv, tmp_path):
     python = venv / BIN / f"python{EXE}"
     where = _run(
-        [python, "-c", "import codegen, codegen.emit.render as r; print(codegen.__file__); print(r.template_dir())"],
+        [python, "-c", "import codegen, codegen.emit.text as t; print(codegen.__file__); print(t.template_dir())"],
         cwd=tmp_path,
     ).stdout.split()
     assert Path(where[0]).resolve().is_relative_to(venv.resolve()), f"codegen imported from {where[0]}"

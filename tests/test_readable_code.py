@@ -97,8 +97,8 @@ def test_a_name_is_always_a_python_name():
 def test_an_unused_value_is_not_renamed_onto_a_module_helper():
     """A saved value named ``horner`` (dbgen's series branch) unpacked unused was ``_horner``, which
     rebound the module's helper of that name: bessel_basis's jvp then called a tensor."""
-    from codegen.emit import render
+    from codegen.emit import functions
 
-    assert render._unpack_used(["horner", "x"], {"x"}) == "_unused_horner, x"
-    assert render._unpack_used(["sinh_x", "x"], {"x"}) == "_sinh_x, x"
-    assert {"_horner", "_norm", "_accumulate"} <= render._module_private_names()
+    assert functions._unpack_used(["horner", "x"], {"x"}) == "_unused_horner, x"
+    assert functions._unpack_used(["sinh_x", "x"], {"x"}) == "_sinh_x, x"
+    assert {"_horner", "_norm", "_accumulate"} <= functions._module_private_names()

@@ -110,7 +110,7 @@ def module_function(plan, source: str | None = None):
 
 def composed_function(plan):
     """The expression written directly in torch ops, as the generated tests' ``composed``."""
-    from ..emit.render import composed_code
+    from ..emit.suite import composed_code
 
     spec = plan.spec
     value, _ = composed_code(plan)

@@ -471,7 +471,8 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     from ..signals import import_torch
 
     import_torch()  # before the time limit starts (memory.py imports it)
-    from ..emit.render import render_module, render_tests
+    from ..emit.render import render_module
+    from ..emit.suite import render_tests
 
     try:
         with bounds.enforced(limits):
@@ -627,7 +628,7 @@ def _placed(files: dict[str, str], name: str, layout: TestsLayout,
 def _relocated(test_text: str, name: str, layout: TestsLayout, line_length: int = DEFAULT_LINE_LENGTH) -> str:
     """A test file whose ``_PATH`` line finds the module from the layout's tests folder (the
     template writes the default layout's; a path of any length is then formatted as ruff does)."""
-    from ..emit.render import ruff_formatted
+    from ..emit.text import ruff_formatted
 
     default = f"\n_PATH = {DEFAULT_LAYOUT.module_path(name)}\n"
     if default not in test_text:
