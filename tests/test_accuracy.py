@@ -59,9 +59,9 @@ def test_bits_count_floats_between_result_and_truth():
 
 def test_ordered_places_are_monotonic_and_invertible():
     values = [-math.inf, -1e300, -1.0, -5e-324, 0.0, 5e-324, 1e-300, 1.0, 2.0, math.inf]
-    places = [accuracy._ordered(v) for v in values]
+    places = [accuracy.floats._ordered(v) for v in values]
     assert places == sorted(places)
-    assert [accuracy._from_ordered(p) for p in places] == values
+    assert [accuracy.floats._from_ordered(p) for p in places] == values
 
 
 def test_sample_draws_bit_patterns_ends_zero_and_thresholds():

@@ -1,35 +1,6 @@
-"""The accuracy oracle: each derivative order's error in bits against exact arithmetic.
-
-The generated tests compare a Function with autograd through the composed formula in the same
-floating-point arithmetic, so what both lose goes unseen. Here the truth is exact: every partial
-derivative up to the spec's order is differentiated by SymPy from the formula as the user wrote it
-and evaluated by mpmath at two precisions (kept where they agree). The Function under test is run
-with autograd on the same points, in float64 and float32.
-
-Error is counted as Herbie counts it, in bits: log2(1 + the number of floats of the result's dtype
-between the result and the truth rounded to that dtype); a NaN or inf where the truth is finite
-counts as every bit lost (64 or 32).
-
-Conditioning. The points are floats and exact, but the generated code rounds its first operations
-(k * r, x / c) and an ill-conditioned formula amplifies that: sin(pi * x) near x = 1 loses bits in
-any arithmetic. A point's condition number is sum_v |v * dg/dv / g| over the inputs and params v
-(estimated exactly, by a relative step of 1e-20 at the higher precision); an algorithm whose error
-is at most a few roundings of its inputs has error at most about kappa ulps. The bits lost beyond
-that, ``excess = max(0, bits - log2(max(1, kappa)))``, are what a better formula could recover, and
-what the bound (``BOUND_BITS``) applies to. Points where the truth is 0, subnormal or outside the
-dtype's range are left out of the excess (a relative error means nothing there).
-
-Sampling follows Herbie: per input, points uniform over the float bit patterns of its domain (so
-1e-150 and 1e-8 are drawn as often as 1 and 3), points uniform in value, the domain's ends, 0, and
-the thresholds where a branch changes (``where``, comparisons), each with its neighbours.
-
-Cost. Near 0 the truth needs more digits (``_extra_digits``: 8 per decade below 1e-3, 2,400 at
-1e-300), which elementary functions afford and mpmath's Bessel, gamma-family and zeta functions
-(SciPy's externals through mpmath too) do not: bessel_y1 at 1e-30 takes 2.5 s at 100 digits, 3
-minutes at 1,200, and a build stalled on it. A formula holding one of those (``_slow``) is judged
-only at points whose inputs and params are 0 or at least ``SLOW_SMALLEST`` in magnitude (at most
-48 extra digits): the rule is by value, not by time, so the same spec measures the same on any
-machine.
+"""Error in bits against exact arithmetic: each order of a generated Function (and of autograd
+through the composed formula) measured at the sample points, and the domain where the composed
+formula is a reference good enough for the generated tests.
 """
 
 from __future__ import annotations
@@ -38,342 +9,17 @@ import dataclasses
 import functools
 import itertools
 import math
-import random
-import struct
 from collections.abc import Callable, Sequence
 
 import mpmath
 import sympy
 
-from ..derive import symbolic
-from ..language import external, special
+from ...language import external, special
+from .exact import Partial, Truth, exact, partials
+from .floats import _FORMATS, _LARGEST, _SMALLEST_NORMAL, _rounded, bits
+from .points import sample, thresholds
 
 BOUND_BITS = {"float64": 4.0, "float32": 4.0}  # excess bits allowed where the truth is a normal float
-DIGITS = (30, 60)  # the truth at both; where they disagree beyond TRUST, at twice the digits again
-MORE_DIGITS = (120, 240, 480)  # ... up to these; a value no two successive precisions agree on is left out
-TRUST = 1e-24
-STEP = mpmath.mpf("1e-20")  # the relative step of the condition number's estimate (at DIGITS[1])
-_FORMATS = {"float64": ("<d", "<q", 64), "float32": ("<f", "<i", 32)}
-_SMALLEST_NORMAL = {"float64": 2.2250738585072014e-308, "float32": 1.1754943508222875e-38}
-_LARGEST = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38}
-
-
-SLOW_SMALLEST = 1e-6  # a slow formula's smallest nonzero input or param judged (module docstring)
-_SLOW_EXACT = (sympy.polygamma, sympy.loggamma, sympy.gamma, sympy.zeta,
-               sympy.lowergamma, sympy.uppergamma, sympy.expint, sympy.Ei,
-               sympy.functions.special.bessel.BesselBase)
-
-
-def _slow(formula: sympy.Expr) -> bool:
-    """Whether mpmath's value of ``formula`` may take seconds at many digits (module docstring)."""
-    return formula.has(*_SLOW_EXACT, external.ExternalFunctionBase) or any(
-        f.slow_exact for f in formula.atoms(special.SpecialFunctionBase))
-
-
-def _exact_functions() -> dict:
-    from ..derive.domain import _EXACT_FUNCTIONS
-
-    return _EXACT_FUNCTIONS
-
-
-# mpmath's functions behind SymPy's slow ones (_SLOW_EXACT), by the names lambdify prints
-_SLOW_MPMATH = ("besselj", "bessely", "besseli", "besselk", "gamma", "loggamma", "polygamma", "psi",
-                "zeta", "expint", "ei", "gammainc", "beta", "hyper", "meijerg")
-
-
-def _memoized_functions() -> dict:
-    """The exact functions for lambdify, the slow ones remembering their values by precision and
-    arguments: every partial of a spec holds the same Bessel function of the same argument, and
-    where the joint function of a point raises (a common subexpression hoisted out of a branch not
-    taken divides by 0), the partials are evaluated one by one, each calling it again (a 4th-order
-    spec of 3 inputs through modified_bessel_k1: 28 s without, the values are the same)."""
-    slow = {name: getattr(mpmath, name) for name in _SLOW_MPMATH}
-    slow_special = {cls.__name__ for cls in special.ALL if cls.slow_exact}
-    slow.update((name, function) for name, function in _exact_functions().items()
-                if name in slow_special or name in external.evaluated())
-    cache: dict = {}
-
-    def remembered(name, function):
-        def call(*args):
-            key = (name, mpmath.mp.prec, args)
-            if key not in cache:
-                cache[key] = function(*args)
-            return cache[key]
-        return call
-
-    return {**_exact_functions(), **{name: remembered(name, function) for name, function in slow.items()}}
-
-
-@dataclasses.dataclass(frozen=True)
-class Partial:
-    """One derivative the oracle measures: of output ``output`` in the inputs ``index`` (by
-    position; () is the value itself)."""
-
-    output: int
-    index: tuple[int, ...]
-    formula: sympy.Expr
-
-    @property
-    def order(self) -> int:
-        return len(self.index)
-
-
-def partials(exprs: Sequence[sympy.Expr], inputs: Sequence[sympy.Symbol], order: int) -> list[Partial]:
-    """Every partial derivative of every output up to ``order``, lowest orders first."""
-    found = []
-    for output, expr in enumerate(exprs):
-        found.append(Partial(output, (), expr))
-        derivatives, _ = symbolic.partial_derivatives(expr, tuple(inputs), order, limit=math.inf)
-        found += [Partial(output, tuple(inputs.index(s) for s in index), derivative)
-                  for index, derivative in derivatives]
-    return found
-
-
-# -- sampling -------------------------------------------------------------------------------------
-
-
-def _ordered(value: float, dtype: str = "float64") -> int:
-    """The float's place in the order of all floats of ``dtype`` (-0.0 and 0.0 both 0)."""
-    fmt, ifmt, _ = _FORMATS[dtype]
-    bits = struct.unpack(ifmt, struct.pack(fmt, value))[0]
-    return bits if bits >= 0 else -(bits & ((1 << (_FORMATS[dtype][2] - 1)) - 1))
-
-
-def _from_ordered(place: int, dtype: str = "float64") -> float:
-    fmt, ifmt, width = _FORMATS[dtype]
-    bits = place if place >= 0 else (-place) | (1 << (width - 1))
-    if bits >= 1 << (width - 1):
-        bits -= 1 << width
-    return struct.unpack(fmt, struct.pack(ifmt, bits))[0]
-
-
-def _rounded(value: float, dtype: str) -> float:
-    """``value`` rounded to ``dtype`` (inf past its largest float, as a cast gives)."""
-    if dtype == "float64" or not math.isfinite(value):
-        return value
-    try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
-    except OverflowError:
-        return math.copysign(math.inf, value)
-
-
-APPROACH = (2.0**-10, 2.0**-20, 2.0**-30)  # relative distances from a threshold sampled on both sides
-
-
-def special_values(lo: float, hi: float, thresholds: Sequence[float] = ()) -> list[float]:
-    """The ends, 0, and each threshold with its two float neighbours and points approaching it
-    (``APPROACH``), where inside [lo, hi]. A formula that vanishes at a cutoff loses most between
-    the two: (cos(pi*r/rc) + 1)/2 lost 10 bits beyond its conditioning at rc - 1e-4, which
-    neither the neighbours (where the conditioning explains all) nor uniform draws reach."""
-    values = [lo, hi] + ([0.0] if lo < 0 < hi else [])
-    for t in thresholds:
-        values += [t, math.nextafter(t, -math.inf), math.nextafter(t, math.inf)]
-        values += [t + sign * (abs(t) or 1.0) * step for step in APPROACH for sign in (-1, 1)]
-    return sorted({v for v in values if lo <= v <= hi})
-
-
-def sample(bounds: Sequence[tuple[float, float]], count: int, seed: int = 0,
-           thresholds: Sequence[Sequence[float]] = ()) -> list[tuple[float, ...]]:
-    """``count`` points in the box (at least the special values' combinations, up to ``count``):
-    half uniform over each input's float bit patterns, half uniform in value, the special values
-    first, each beside random values of the other inputs."""
-    rng = random.Random(seed)
-    marks = [special_values(lo, hi, thresholds[i] if i < len(thresholds) else ()) for i, (lo, hi) in enumerate(bounds)]
-
-    def draw(i: int, by_bits: bool) -> float:
-        lo, hi = bounds[i]
-        if by_bits:
-            return _from_ordered(rng.randint(_ordered(lo), _ordered(hi)))
-        return lo + (hi - lo) * rng.random()
-
-    points: list[tuple[float, ...]] = []
-    for i, values in enumerate(marks):
-        for value in values:
-            points.append(tuple(value if j == i else draw(j, len(points) % 2 == 0) for j in range(len(bounds))))
-    if len(bounds) > 1:  # the special values together: corners, and 0 in every input at once
-        points += list(itertools.islice(itertools.product(*marks), max(0, count // 4)))
-    while len(points) < count:
-        by_bits = len(points) % 2 == 0
-        points.append(tuple(draw(i, by_bits) for i in range(len(bounds))))
-    return points
-
-
-def thresholds(exprs: Sequence[sympy.Expr], symbol: sympy.Symbol) -> list[float]:
-    """The values of ``symbol`` at which a comparison in the formulas changes (x < c gives c), where
-    the other side is a number (params at their values)."""
-    found = []
-    for expr in exprs:
-        for rel in expr.atoms(sympy.core.relational.Relational):
-            for side, other in ((rel.lhs, rel.rhs), (rel.rhs, rel.lhs)):
-                if side == symbol and other.is_number:
-                    try:
-                        found.append(float(other))
-                    except TypeError:
-                        pass
-    return sorted(set(found))
-
-
-# -- the truth ------------------------------------------------------------------------------------
-
-
-class Truth:
-    """A partial's exact value at one point (None: no real value there, or the two precisions
-    disagree) and, computed when first asked for, its condition number there."""
-
-    def __init__(self, value, point=None, formula: int = 0):
-        self.value = value
-        self._point, self._formula = point, formula
-        self._kappa = None if value else math.inf  # 0 or None: no relative error to speak of
-
-    @property
-    def kappa(self) -> float:
-        if self._kappa is None:
-            self._kappa = self._point.condition(self._formula, self.value)
-        return self._kappa
-
-
-class _Point:
-    """Every formula at one point, evaluated together: the formulas of a spec's partials share most
-    of their subexpressions (a Bessel function of the same argument in each), so one function of
-    them all, its common subexpressions computed once, costs about as much as one formula. The
-    values at each shifted point of the condition number are kept for every formula's kappa."""
-
-    def __init__(self, joint, single, kept, values, fast=frozenset()):
-        self._joint, self._single, self._kept, self.values = joint, single, kept, values
-        self._fast = fast  # the formulas worth more digits (not a Bessel function's: seconds each)
-        self._shifted: dict[int, list] = {}
-        self._digits = DIGITS[1] + _extra_digits(self.values)  # the precision the values agreed at
-
-    def agreed(self) -> list:
-        """Each formula's value where two successive precisions agree (else None).
-
-        A formula whose terms cancel (the quadratic formula's root at b = 6500: 20 digits lost, its
-        second derivative 40) needs more digits than DIGITS: such points are the hardest, and
-        leaving them out measured the quadratic formula 23 bits over the bound where it was 87.
-        """
-        extra = _extra_digits(self.values)
-        low, high = (self._all(self.values, d + extra) for d in DIGITS)
-        values = [_agreeing(a, b) for a, b in zip(low, high)]
-        unsure = {i: b for i, (a, b) in enumerate(zip(low, high)) if a is not None and b is not None
-                  and values[i] is None and self._kept[i] in self._fast}
-        for digits in MORE_DIGITS:
-            if not unsure:
-                break
-            self._digits = digits + extra
-            more = {i: _evaluated(self._single(self._kept[i]), self.values, self._digits) for i in unsure}
-            for i, value in more.items():
-                values[i] = _agreeing(unsure[i], value)
-            unsure = {i: value for i, value in more.items() if value is not None and values[i] is None}
-        return values
-
-    def condition(self, formula: int, value) -> float:
-        """sum_v |v * dg/dv / g| over the variables, by a relative step of STEP at the precision
-        the values agreed at."""
-        kappa = mpmath.mpf(0)
-        digits = self._digits
-        with mpmath.workdps(digits):
-            for i, v in enumerate(self.values):
-                if v == 0:
-                    continue
-                if i not in self._shifted:
-                    moved = list(self.values)
-                    moved[i] = mpmath.mpf(v) * (1 + STEP)
-                    self._shifted[i] = self._all(moved, digits)
-                shifted = self._shifted[i][formula]
-                if shifted is None:
-                    return math.inf
-                kappa += abs((shifted - value) / (value * STEP))
-        return float(kappa)
-
-    def _all(self, values, digits) -> list:
-        """Every formula's value at ``digits``; one at a time where the joint function raises (one
-        formula undefined at the point leaves the others defined)."""
-        with mpmath.workdps(digits):
-            try:
-                results = self._joint(*(mpmath.mpf(v) for v in values))
-            except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
-                return [_evaluated(self._single(i), values, digits) for i in self._kept]
-            return [_real(result, digits) for result in results]
-
-
-def _agreeing(low, high):
-    """``high`` where it and ``low``, the same value at fewer digits, agree within TRUST; else None."""
-    return None if low is None or high is None or abs(low - high) > TRUST * abs(high) else high
-
-
-def exact(partial_formulas: Sequence[sympy.Expr], variables: Sequence[sympy.Symbol],
-          points: Sequence[tuple[float, ...]], params: Sequence[float] = ()) -> list[list[Truth]]:
-    """Per formula, per point: the exact value (agreeing at both DIGITS) and condition number.
-
-    ``variables`` are the inputs then the params, whose values are ``params`` at every point;
-    the condition number runs over all of them."""
-    modules = [_memoized_functions(), "mpmath"]
-    formulas = list(partial_formulas)
-
-    @functools.cache
-    def single(i: int):
-        """Formula i on its own, lambdified where first needed: only at a point where the joint
-        function raises, and lambdifying every formula up front was a fifth of the oracle's time."""
-        return sympy.lambdify(variables, formulas[i], modules=modules)
-
-    every = list(range(len(formulas)))
-    fast = [i for i in every if not _slow(formulas[i])]  # the formulas judged at every point
-    joints = {}
-    table: list[list[Truth]] = [[] for _ in formulas]
-    for point in points:
-        values = (*point, *params)
-        kept = every if all(v == 0 or abs(v) >= SLOW_SMALLEST for v in values) else fast
-        key = tuple(kept)
-        if key not in joints:
-            joints[key] = sympy.lambdify(variables, [formulas[i] for i in kept], modules=modules, cse=True)
-        at = _Point(joints[key], single, kept, values, frozenset(fast))
-        truths = dict(zip(kept, at.agreed()))
-        for i, row in enumerate(table):
-            row.append(Truth(truths[i], at, kept.index(i)) if i in truths else Truth(None))
-    return table
-
-
-def _evaluated(function, values, digits):
-    with mpmath.workdps(digits):
-        try:
-            result = function(*(mpmath.mpf(v) for v in values))
-        except (ArithmeticError, ValueError, TypeError, ZeroDivisionError):
-            return None
-        return _real(result, digits)
-
-
-def _real(result, digits):
-    """An mpmath result as a finite real mpf, or None (complex beyond rounding, not a number, inf)."""
-    if isinstance(result, mpmath.mpc):
-        if abs(result.imag) > abs(result.real) * mpmath.mpf(10) ** (-digits // 2):
-            return None
-        result = result.real
-    try:
-        result = mpmath.mpf(result)
-    except (TypeError, ValueError):
-        return None
-    return result if mpmath.isfinite(result) else None
-
-
-def _extra_digits(values) -> int:
-    """Digits to add near 0: at x = 1e-200, sin(x) rounds to x and cos(x) to 1 at 60 digits,
-    and both precisions would agree on a wrong value of (1 - cos(x))/x**2."""
-    smallest = min((abs(v) for v in values if v != 0), default=1.0)
-    return 0 if smallest >= 1e-3 else int(8 * -math.log10(smallest))
-
-
-# -- error in bits --------------------------------------------------------------------------------
-
-
-def bits(result: float, truth: mpmath.mpf, dtype: str) -> float:
-    """log2(1 + floats of ``dtype`` between ``result`` and ``truth`` rounded to ``dtype``)."""
-    width = _FORMATS[dtype][2]
-    if not math.isfinite(result):
-        return float(width)
-    target = _rounded(float(truth), dtype)
-    if not math.isfinite(target):
-        return 0.0 if result == target else float(width)
-    return min(float(width), math.log2(1 + abs(_ordered(result, dtype) - _ordered(target, dtype))))
 
 
 def counted(truth: Truth, dtype: str) -> bool:
@@ -551,7 +197,7 @@ def scipy_bits(formulas: Sequence[sympy.Expr], inputs: Sequence[sympy.Symbol], p
     exact. SciPy's kv, for one, is within 3 bits of mpmath at whole and half-whole orders and
     loses up to 10 at others (kv(0.4, x) on [1e-3, 60]); a fixed allowance would be too loose
     for the first and a false alarm for the second."""
-    from ..derive.domain import at_defaults
+    from ...derive.domain import at_defaults
 
     calls = {at_defaults(node.scipy_call(), spec)
              for formula in formulas for node in formula.atoms(external.ScipyFunctionBase)}
@@ -632,7 +278,7 @@ class Oracle:
     """
 
     def __init__(self, spec, count: int = 256, dtypes: Sequence[str] = ("float64", "float32"), seed: int = 0):
-        from ..derive.domain import at_defaults
+        from ...derive.domain import at_defaults
 
         self.spec = spec
         self.inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
@@ -664,7 +310,7 @@ class Oracle:
         """``_as_reference`` of the generated tests' own reference (``memory.composed_function``:
         the formula as SymPy prints it, its branches guarded) at the float64 points; () where torch
         cannot differentiate it."""
-        from .memory import composed_function
+        from ..memory import composed_function
 
         spec = self.spec
         try:
@@ -675,7 +321,7 @@ class Oracle:
 
     def measure(self, plan, composed: bool = True, source: str | None = None) -> Report:
         """The ``Report`` on ``plan`` (a plan of this spec), as ``measure`` describes it."""
-        from .memory import module_function, written_function
+        from ..memory import module_function, written_function
 
         spec = self.spec
         subjects = {"dbgen": module_function(plan, source)}
@@ -772,7 +418,7 @@ def _unguarded(spec) -> list[sympy.Expr]:
     power and kv of its base is one function (external.bessel_powers): its derivatives as SymPy
     writes them apart cancel near 0 beyond any precision the oracle tries (terms of 1e864 for a
     value of 1e-288), so the truth there would be missing, and the points not counted."""
-    from ..language.expr import spec_formulas
+    from ...language.expr import spec_formulas
 
     return [external.bessel_powers(formula) for _, formula in spec_formulas(spec)]
 
@@ -849,81 +495,5 @@ def _shrunk_box(good, bad, bounds) -> list[tuple[float, float]] | None:
     return [(min(p[k] for p in kept), max(p[k] for p in kept)) for k in range(len(box))]
 
 
-# -- what a person reads --------------------------------------------------------------------------
-
-
-def report_text(report: Report) -> str:
-    """The per-order table of one report: dbgen's bits against autograd's, the worst point."""
-    lines = [(f"{report.name}: {report.path} ({report.points} points per dtype; error in bits against "
-              f"mpmath, mean / max; excess: bits lost beyond the point's conditioning)")]
-    header = f"  {'order':>5}  {'dtype':7}  {'dbgen mean/max':>14}  {'excess':>6}  {'autograd mean/max':>17}  {'excess':>6}  worst"
-    lines.append(header)
-    theirs = {(f.dtype, f.order): f for f in report.autograd or ()}
-    for f in report.dbgen:
-        other = theirs.get((f.dtype, f.order))
-        other_text = f"{other.mean_bits:7.2f} / {other.max_bits:5.1f}  {other.max_excess:6.1f}" if other else f"{'n/a':>17}  {'':>6}"
-        flag = "  OVER" if f.max_excess > report.bound(f.dtype) else ""
-        worst = f"{f.worst_partial} at {_point_text(f.worst)}" if f.worst is not None else "-"
-        lines.append(f"  {f.order:>5}  {f.dtype:7}  {f.mean_bits:6.2f} / {f.max_bits:5.1f}  {f.max_excess:6.1f}  "
-                     f"{other_text}  {worst}{flag}")
-    if report.limited_by:
-        lines.append("  limited by torch's own error: " + "; ".join(report.limited_by))
-    over = report.over_bound()
-    bound = ", ".join(f"{report.bound(dtype):g} bits in {dtype}" for dtype in BOUND_BITS)
-    if report.scipy_bits:
-        bound += f" (float64's includes SciPy's own error, {report.scipy_bits:g} bits)"
-    lines.append(f"  bound: {bound}: " + ("within it at every order" if not over else
-                                          f"over it at order(s) {', '.join(sorted({str(f.order) for f in over}))}"))
-    return "\n".join(lines) + "\n"
-
-
 def _point_text(point) -> str:
     return "(" + ", ".join(f"{v:.6g}" for v in point) + ")"
-
-
-def report_json(reports: Sequence[Report]) -> list[dict]:
-    """The reports as JSON-ready data (the figures only, not the samples)."""
-    def rows(figs):
-        return None if figs is None else [dataclasses.asdict(f) for f in figs]
-
-    return [{"name": r.name, "path": r.path, "points": r.points, "bound_bits": {dtype: r.bound(dtype) for dtype in BOUND_BITS},
-             "within_bound": not r.over_bound(), "dbgen": rows(r.dbgen), "autograd": rows(r.autograd)}
-            for r in reports]
-
-
-def write_plot(reports: Sequence[Report], path) -> str | None:
-    """Error in bits against the (first) input, per order, dbgen and autograd, as Herbie draws it;
-    one row of panels per spec, one column per dtype. Returns why it was skipped, or None."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install matplotlib)"
-    dtypes = sorted({s[0] for r in reports for s in r.samples}, reverse=True) or ["float64"]
-    fig, axes = plt.subplots(len(reports), len(dtypes), figsize=(6 * len(dtypes), 3.2 * len(reports)), squeeze=False)
-    for row, report in zip(axes, reports):
-        for ax, dtype in zip(row, dtypes):
-            _panel(ax, report, dtype)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
-
-
-def _panel(ax, report: Report, dtype: str) -> None:
-    samples = [s for s in report.samples if s[0] == dtype]
-    orders = sorted({s[3] for s in samples})
-    for order in orders:
-        xs = [s[1][0] for s in samples if s[3] == order]
-        ax.scatter(xs, [s[4] for s in samples if s[3] == order], s=6, label=f"dbgen order {order}")
-        theirs = [(s[1][0], s[5]) for s in samples if s[3] == order and s[5] is not None]
-        if theirs:
-            ax.scatter(*zip(*theirs), s=6, marker="x", alpha=0.5, label=f"autograd order {order}")
-    ax.axhline(BOUND_BITS[dtype], color="grey", linewidth=0.8, linestyle="--")
-    ax.set_xscale("symlog", linthresh=1e-3)
-    ax.set_title(f"{report.name} ({dtype})")
-    ax.set_xlabel("input (first)")
-    ax.set_ylabel("bits of error")
-    ax.legend(fontsize=6, ncol=2)
