@@ -267,7 +267,7 @@ def test_fuse_generates_fused_candidates_and_says_so(tmp_path):
     assert len(fused) == 2 and all(sys.modules[c.fn.__module__].FUSE for c in fused)
     config = bench.make_config(N, "2", "nested", 1, 1, "float32", tmp_path / "r.md", tmp_path / "p.png", fuse=True)
     assert config.command(Path("specs")).endswith(" --fuse")
-    assert ("fused", "yes: every level compiled into kernels (build --fuse)") in bench._settings(
+    assert ("fused", "yes: every level compiled into kernels (build --fuse)") in bench.report._settings(
         bench.Results(config, Path("specs"), 1.0)
     )
 
