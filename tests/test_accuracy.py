@@ -510,7 +510,7 @@ def test_generated_tests_compare_with_autograd_only_where_it_is_accurate(tmp_pat
     ("(x - sin(x))/x**3", [-4, 4]),  # the third derivative 5.5 bits at x = -3.54, past one at 3.5
 ])
 def test_a_series_split_reaches_as_far_as_the_direct_formula_cancels(tmp_path, expr, domain):
-    """series._choice measures each point with neighbours (a cancellation's error is the luck of
+    """taylor._choice measures each point with neighbours (a cancellation's error is the luck of
     its roundings) and ranks eps by the direct formula within the polynomial's reach only (tanh's
     tails lose bits at orders 2 and 3 whatever eps is): within the bound at every order, at 256
     points, where a held-out probe found the splits too short."""
