@@ -26,7 +26,7 @@ from codegen.build import accuracy, pipeline
 ROOT = Path(__file__).resolve().parent.parent
 from codegen.build.pipeline import load_specs, plan_spec
 from codegen.emit.render import render_module
-from codegen.language.expr import sigmoid
+from codegen.language.functions import sigmoid
 
 
 def _spec_file(tmp_path, **spec):

@@ -18,8 +18,9 @@ from helpers import build_spec
 
 from codegen.derive import domain
 from codegen.emit.printer import TorchPrinter
-from codegen.language.expr import erfc, parse_expr
+from codegen.language.expr import parse_expr
 from codegen.language.formula import formula
+from codegen.language.functions import erfc
 
 x = sympy.Symbol("x", real=True)
 PROBIT = "log(erfc(-x/sqrt(2))/2)"

@@ -19,7 +19,8 @@ from sympy.codegen.cfunctions import expm1
 from codegen.errors import close_match, edit_distance
 from codegen.language import NOT_YET
 from codegen.language import expr as expr_module
-from codegen.language.expr import ExprError, erfc, log1p, parse_expr, sigmoid, softplus
+from codegen.language.expr import ExprError, parse_expr
+from codegen.language.functions import erfc, log1p, sigmoid, softplus
 
 LIMIT_S = 2.0
 x, y, a = (sympy.Symbol(name, real=True) for name in ("x", "y", "a"))

@@ -13,7 +13,7 @@ import sympy
 from sympy.codegen.cfunctions import log1p
 
 from codegen.build import pipeline
-from codegen.language.expr import sigmoid, softplus
+from codegen.language.functions import sigmoid, softplus
 from codegen.plan.naming import MAX_NAME, Namer, _describe
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,8 @@ from codegen.build import pipeline, write
 from codegen.cli import app
 from codegen.emit.printer import TorchPrinter
 from codegen.errors import SpecErrors
-from codegen.language.expr import ExprError, _zero_kind, parse_expr
+from codegen.language.expr import ExprError, parse_expr
+from codegen.language.zero import _zero_kind
 from codegen.spec import load_spec, load_text
 
 

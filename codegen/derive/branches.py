@@ -31,8 +31,8 @@ from sympy.logic.boolalg import Boolean
 from sympy.printing.precedence import PRECEDENCE
 
 from ..errors import SpecErrors
-from ..language.expr import sigmoid
 from ..language.formula import formula
+from ..language.functions import sigmoid
 
 # Safe points tried first, the same value for every input of a branch: they read well in the
 # generated code (torch.where(x > 0, x, 1.0)); then the domain grid.

@@ -80,7 +80,7 @@ import sympy
 from sympy.codegen import cfunctions
 
 from .. import limits
-from ..language.expr import sigmoid, softplus
+from ..language.functions import sigmoid, softplus
 from . import symbolic
 from .bounded import _bounded, _TooLong
 from .taylor import (

@@ -23,7 +23,7 @@ from sympy.codegen.cfunctions import expm1, hypot, log1p
 from sympy.codegen.numpy_nodes import logaddexp
 from sympy.codegen.rewriting import logaddexp_opt, optimize
 
-from ...language.expr import sigmoid, softplus
+from ...language.functions import sigmoid, softplus
 from .cancellation import (
     _merged_after,
     common_denominator_opt,

@@ -10,7 +10,7 @@ import sympy
 from sympy.codegen.cfunctions import expm1, log1p
 from sympy.codegen.rewriting import ReplaceOptim
 
-from ...language.expr import erfc
+from ...language.functions import erfc
 from ..symbolic import merge_powers
 from .complements import _call_and_constant
 from .norms import _squares

@@ -7,7 +7,7 @@ import sympy
 from sympy.codegen.cfunctions import expm1
 from sympy.codegen.rewriting import ReplaceOptim
 
-from ...language.expr import sigmoid
+from ...language.functions import sigmoid
 from .exponentials import _is_exp, _replace_unit_pair, _unit_pair
 
 # exp(u) - 1 -> expm1(u), 1 - exp(u) -> -expm1(u): exact for small u.

@@ -8,7 +8,7 @@ import sympy
 from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim
 
-from ...language.expr import sigmoid, softplus
+from ...language.functions import sigmoid, softplus
 
 
 def _is_exp(term) -> bool:

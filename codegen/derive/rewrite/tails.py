@@ -9,7 +9,7 @@ from sympy.codegen.cfunctions import log1p
 from sympy.codegen.rewriting import ReplaceOptim
 from sympy.printing.precedence import PRECEDENCE
 
-from ...language.expr import erfc, softplus
+from ...language.functions import erfc, softplus
 
 LOG_COSH_SPLIT = 4  # |u| where log_cosh_opt's two forms meet: the far one loses half a bit there
 
