@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from codegen import provenance, signals
+from codegen.build import lock as lock_module
 from codegen.build import write
 
 REPO = Path(__file__).resolve().parent.parent
@@ -242,7 +243,7 @@ def test_the_lock_is_exclusive_and_leaves_nothing_behind(tmp_path):
 
 
 def test_the_lock_without_fcntl_is_an_exclusive_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(write, "fcntl", None)
+    monkeypatch.setattr(lock_module, "fcntl", None)
     (tmp_path / "out").mkdir()
     lock = write.lock_output(tmp_path / "out")
     with pytest.raises(write.OutputBusy, match=r"if no build is running, delete .*out/\.dbgen\.lock"):

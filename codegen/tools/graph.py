@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..build.write import _atomic_write
+from ..build.files import _atomic_write
 
 FORMATS = ("svg", "png")
 MAX_GRAPH_ORDER = 8
