@@ -321,7 +321,7 @@ def test_gelus_tanh_form_is_exact_in_its_tails(tmp_path):
 
 
 def test_log_cosh_is_exact_in_tanhs_tails_where_its_domain_reaches_them(tmp_path):
-    """pipeline._with_exact_tails: on [-40, 40] 1 - tanh(x)**2 (autograd's own) loses every bit of
+    """planning._with_exact_tails: on [-40, 40] 1 - tanh(x)**2 (autograd's own) loses every bit of
     log_cosh's derivatives from order 2; the build writes sech(x)**2 as sigmoids there, within the
     bound at every order, and keeps torch's one-kernel tanh_backward where the domain does not
     reach the tails (there auto takes save_inputs: autograd differentiates torch.tanh)."""

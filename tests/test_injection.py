@@ -264,7 +264,7 @@ DOMAINS_KEPT = {"[-0.0, 1e-320]": (-0.0, 1e-320), "[-1e300, 1e300]": (-1e300, 1e
 @pytest.mark.parametrize("raw", sorted(DOMAINS_KEPT))
 def test_domain_numbers_are_written_exactly(tmp_path, raw):
     """As params: the code is that of the domain written plainly (a domain through tanh's tails
-    changes it, pipeline._with_exact_tails)."""
+    changes it, planning._with_exact_tails)."""
     lo, hi = DOMAINS_KEPT[raw]
     files = generate(tmp_path, PLAIN + f"domain: {{x: {raw}}}\n")
     plainly = generate(tmp_path / "plainly", PLAIN + f"domain: {{x: [{lo!r}, {hi!r}]}}\n")

@@ -8,6 +8,8 @@ fails here, so that its place is decided, not drifted into.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -113,3 +115,37 @@ def test_the_import_reader_sees_lazy_and_relative_imports(tmp_path, monkeypatch,
     (package / where).write_text(source)
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
     assert _imports(package / where, MODULES) == imported
+
+
+def _imported_names(path: Path, package: str | None):
+    """(line, module, name) of each ``from codegen... import name`` in ``path``, lazy ones included;
+    relative imports resolved against ``package`` (None outside the package: left out)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or (node.level and package is None):
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join([*base, node.module] if node.module else base)
+        else:
+            module = node.module or ""
+        if module == "codegen" or module.startswith("codegen."):
+            yield from ((node.lineno, module, alias.name) for alias in node.names)
+
+
+def test_every_import_from_the_package_names_what_it_holds():
+    """A module moved or split leaves no import behind naming its old home: lazy imports inside
+    functions fail only when their function runs, which a test may never do."""
+    root = PACKAGE.parent
+    sources = [*PACKAGE.rglob("*.py"), *(root / "tests").rglob("*.py"), *(root / "tools").glob("*.py"),
+               *(root / "benchmarks").glob("*.py")]
+    missing = []
+    for path in sources:
+        inside = path.is_relative_to(PACKAGE)
+        name = _module_name(path) if inside else None
+        package = name if inside and path.name == "__init__.py" else name.rpartition(".")[0] if inside else None
+        for line, module, imported in _imported_names(path, package):
+            held = importlib.import_module(module)
+            submodule = hasattr(held, "__path__") and importlib.util.find_spec(f"{module}.{imported}") is not None
+            if not hasattr(held, imported) and not submodule:
+                missing.append(f"{path.relative_to(root)}:{line}: {module} has no {imported}")
+    assert missing == []

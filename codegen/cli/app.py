@@ -134,7 +134,7 @@ def _configured_specs_folder() -> Path:
 def _spec_reporter(say: console.Console, specs):
     """pipeline's per-spec callback: the progress line, and with --verbose a line per spec. Its
     ``total`` is the number of specs found."""
-    from ..build.pipeline import SpecsPathError, discover
+    from ..build.discover import SpecsPathError, discover
 
     try:
         total = len(discover(specs))
@@ -159,7 +159,7 @@ def _spec_reporter(say: console.Console, specs):
 def _run(action, writes: bool = True):
     """Run a pipeline step; spec problems exit 2 with one 'path:line: message' line each, then a
     count (a command that ``writes`` adds that it wrote nothing; show and check never write)."""
-    from ..build.pipeline import SpecsPathError
+    from ..build.discover import SpecsPathError
 
     try:
         return action()

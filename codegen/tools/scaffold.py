@@ -145,7 +145,7 @@ def create(new: NewSpec, target: Path) -> Written:
 def _validate(text: str, shown: str) -> None:
     """The loader's own checks on the text about to be written, then the build's domain check (the
     function and its derivatives finite on the domain); problems name the option to change."""
-    from ..build.pipeline import check_finite
+    from ..build.planning import check_finite
 
     try:
         check_finite(load_text(text, shown))
