@@ -1,4 +1,4 @@
-"""The accuracy oracle (codegen/build/accuracy.py): bits against exact arithmetic, sampling, the
+"""The accuracy oracle (codegen/build/accuracy/): bits against exact arithmetic, sampling, the
 condition number, the build's warnings and the generated tests' exact values, and
 ``dbgen accuracy``."""
 
@@ -79,7 +79,7 @@ def test_sample_draws_bit_patterns_ends_zero_and_thresholds():
 def test_a_cosine_cutoff_keeps_its_bits_near_the_cutoff(tmp_path):
     """(cos(pi*r/rc) + 1)/2 rounds cos to -1 near rc: 10 bits beyond its conditioning in r at
     rc - 5e-4, 14 at rc - 5e-6 (the oracle, which conditions on rc too, excuses them: rc is as
-    sensitive there). 2*cos(u/2)**2 (rewrite.py's cos_half_angle) keeps them."""
+    sensitive there). 2*cos(u/2)**2 (the rewrite cos_half_angle) keeps them."""
     module = build_spec(tmp_path, name="cut", expr="where(r < rc, (cos(pi*r/rc) + 1)/2, 0)", inputs=["r"],
                         params={"rc": 5.0}, order=1, domain={"r": [0, 6]})
     points = torch.tensor([5 - 5e-4, 5 - 5e-6, 2.5], dtype=torch.float64)
@@ -203,7 +203,7 @@ def test_the_tutorials_intermediates_are_exact_near_0_at_every_order(tmp_path, e
 @pytest.mark.parametrize("expr", ["x * sigmoid(x)", "softplus(x) + x**2 / 4"])
 def test_sigmoids_difference_is_exact_near_0(tmp_path, expr):
     """SiLU's and softplus's third derivatives hold sigmoid(-x) - sigmoid(x), 1/2 - 1/2 near 0 where
-    the difference is -x/2: every bit was lost at x = 1e-17. Written tanh(x/2) (rewrite.py)."""
+    the difference is -x/2: every bit was lost at x = 1e-17. Written tanh(x/2) (derive/rewrite/)."""
     plan = _plan(tmp_path, name="sig", expr=expr, inputs=["x"], order=3, strategy="nested")
     report = accuracy.measure(plan, 64, composed=False)
     assert not report.over_bound(), accuracy.report_text(report)
@@ -212,7 +212,7 @@ def test_sigmoids_difference_is_exact_near_0(tmp_path, expr):
 @pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
 def test_log_cosh_is_exact_near_0_at_every_order(tmp_path, strategy):
     """log(cosh(x)) rounded cosh(x) to 1 and lost every bit below 1e-8 (the bundled log_cosh
-    warned at its build); two regimes now (rewrite.py), the derivatives from log(cosh(x)) itself.
+    warned at its build); two regimes now (derive/rewrite/), the derivatives from log(cosh(x)) itself.
     On [-2, 2]: beyond about |x| = 3 the derivatives' sech(x)**2, written 1 - tanh(x)**2 as autograd
     computes it, loses what tanh(x) rounds away (not yet reached; the build warns)."""
     plan = _plan(tmp_path, name="lc", expr="log(cosh(x))", inputs=["x"], order=4, strategy=strategy)
@@ -226,7 +226,7 @@ def test_log_erfc_is_exact_in_both_tails(tmp_path, strategy, expr, domain):
     """The probit's log-likelihood log(Phi(x)) as the language writes it: its value lost 20 bits
     at x = 5 (log of a number rounded to 1) and was -inf in float32 from x = -5.5 (erfc
     underflows), as its first derivative, exp(-x**2/2)/erfc(...), was 0/0 = NaN. Three regimes and
-    erfcx now (rewrite.py's log_erfc and erfc_ratio). Orders 2 and up still lose up to 17 bits in
+    erfcx now (the rewrite log_erfc and erfc_ratio). Orders 2 and up still lose up to 17 bits in
     the far tail (u - 1/(sqrt(pi)*erfcx(u)) cancels; not yet reached, the build warns): order 1 here."""
     plan = _plan(tmp_path, name="le", expr=expr, inputs=["x"], order=1, strategy=strategy, domain={"x": domain})
     report = accuracy.measure(plan, 64)
@@ -237,7 +237,7 @@ def test_log_erfc_is_exact_in_both_tails(tmp_path, strategy, expr, domain):
 def test_a_norms_derivatives_are_exact_where_one_component_dominates(tmp_path, strategy):
     """e3nn's sh2_2 = sqrt(5)*(y**2 - (x**2 + z**2)/2)/r**2: its x-derivative was -sqrt(5)*x/r**2
     minus terms over r**4 whose difference is -3*sqrt(5)*x*y**2/r**4: every bit lost at
-    (0.7, 1e-13, 1e-245). Reduced by r**2 = x**2 + y**2 + z**2 (rewrite.py's norm_squares)."""
+    (0.7, 1e-13, 1e-245). Reduced by r**2 = x**2 + y**2 + z**2 (the rewrite norm_squares)."""
     plan = _plan(tmp_path, name="sh", expr="sqrt(5) * (y**2 - (x**2 + z**2) / 2) / (x**2 + y**2 + z**2)",
                  inputs=["x", "y", "z"], order=1, strategy=strategy, domain={"x": [0.5, 2], "y": [-2, 2], "z": [-2, 2]})
     report = accuracy.measure(plan, 64, composed=False)
@@ -265,7 +265,7 @@ def test_each_outputs_derivative_keeps_its_own_reduction_in_a_vector_spec(tmp_pa
     ("log(x + sqrt(x**2 + 1))", [-1e6, 1e6]),  # asinh as written: 62 bits of the value at x = -4e5
 ])
 def test_fpbench_classics_are_exact_at_every_order(tmp_path, expr, domain):
-    """rewrite.py's power_difference, log_difference, common_denominator, erf_complement,
+    """the rewrite power_difference, log_difference, common_denominator, erf_complement,
     polynomial_cancellation and inverse_hyperbolics; the same formulas through autograd lose as
     much as before (measured beside)."""
     plan = _plan(tmp_path, name="fp", expr=expr, inputs=["x"], order=2, domain={"x": domain})
@@ -279,7 +279,7 @@ def test_fpbench_classics_are_exact_at_every_order(tmp_path, expr, domain):
     ("(-b + sqrt(b**2 - 4*a*c)) / (2*a)", {"a": [0.1, 1], "b": [10, 1e4], "c": [0.1, 1]}, 2),  # FPBench's quadp
 ])
 def test_a_root_minus_its_square_root_is_exact_at_every_order_when_nested(tmp_path, expr, domain, order):
-    """rewrite.py's root_difference: sqrt(u) - v as (u - v**2)/(sqrt(u) + v) where v is large, the
+    """the rewrite root_difference: sqrt(u) - v as (u - v**2)/(sqrt(u) + v) where v is large, the
     cancelling terms of u - v**2 gone symbolically; nested differentiates that form. Measured with
     the digits the cancellation needs (the quadratic formula's truth disagrees between 30 and 60)."""
     plan = _plan(tmp_path, name="root", expr=expr, inputs=list(domain), order=order, strategy="nested", domain=domain)
@@ -289,7 +289,7 @@ def test_a_root_minus_its_square_root_is_exact_at_every_order_when_nested(tmp_pa
 
 
 def test_a_difference_of_cosines_of_close_arguments_is_exact_at_every_order(tmp_path):
-    """rewrite.py's sum_to_product: cos(x + e) - cos(x) lost 56 bits at (1e-8, 1e-9) (FPBench's 2cos)."""
+    """the rewrite sum_to_product: cos(x + e) - cos(x) lost 56 bits at (1e-8, 1e-9) (FPBench's 2cos)."""
     plan = _plan(tmp_path, name="cd", expr="cos(x + e) - cos(x)", inputs=["x", "e"], order=2,
                  domain={"x": [-3, 3], "e": [-1e-3, 1e-3]})
     report = accuracy.measure(plan, 64)
@@ -298,7 +298,7 @@ def test_a_difference_of_cosines_of_close_arguments_is_exact_at_every_order(tmp_
 
 
 def test_plancks_law_is_finite_and_exact_in_float32_where_exp_overflows(tmp_path):
-    """rewrite.py's expm1_reflection: x**3/(exp(x) - 1)'s second derivative holds
+    """the rewrite expm1_reflection: x**3/(exp(x) - 1)'s second derivative holds
     exp(2*x)/expm1(x)**2, inf/inf = NaN in float32 from x = 44; written 1/expm1(-x)**2."""
     plan = _plan(tmp_path, name="planck", expr="x**3 / (exp(x) - 1)", inputs=["x"], order=2,
                  domain={"x": [1e-3, 80]})
@@ -308,7 +308,7 @@ def test_plancks_law_is_finite_and_exact_in_float32_where_exp_overflows(tmp_path
 
 
 def test_gelus_tanh_form_is_exact_in_its_tails(tmp_path):
-    """rewrite.py's tanh_complement: 0.5*x*(1 + tanh(u)) cancels where tanh(u) rounds to -1 (55 bits
+    """the rewrite tanh_complement: 0.5*x*(1 + tanh(u)) cancels where tanh(u) rounds to -1 (55 bits
     of the value lost at x = -7.2 in float64, 24 at -5.8 in float32); written x*sigmoid(2*u). Its
     derivatives then hold sigmoid(2*u)*sigmoid(-2*u), exact in both tails, where 1 - tanh(u)**2 is not."""
     plan = _plan(tmp_path, name="gelu_tanh", expr="0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))",
@@ -348,7 +348,7 @@ def test_the_build_measures_enough_points_to_warn_of_a_loss_beside_a_series_bran
 
 
 def test_an_angle_from_one_minus_a_small_number_is_exact_over_its_whole_domain(tmp_path):
-    """rewrite.py's acos_complement: acos(1 - x) lost 16 bits at x = 1e-6 (1 - x rounds x away); the
+    """the rewrite acos_complement: acos(1 - x) lost 16 bits at x = 1e-6 (1 - x rounds x away); the
     form must also hold at x = 2, where 2*asin(sqrt(x/2)) was NaN (sqrt(2)*sqrt(2)/2 rounds above 1)."""
     plan = _plan(tmp_path, name="angle", expr="acos(1 - x)", inputs=["x"], order=2, domain={"x": [0, 2]})
     report = accuracy.measure(plan, 64)
@@ -390,7 +390,7 @@ def test_auto_passes_over_a_candidate_over_the_accuracy_bound(tmp_path):
 # MACE's envelope with its exponent a param: a triple root at 1, its terms of size 1 cancel to
 # (1 - x)**3 there, and outside a choice it is not split at the root (series.py's _at_roots): 10
 # bits of the value lost at x = 0.986, every strategy alike (acos(1 - x), the example before, is
-# now 2*atan2(sqrt(x), sqrt(2 - x)): rewrite.py's acos_complement)
+# now 2*atan2(sqrt(x), sqrt(2 - x)): the rewrite acos_complement)
 LOSES_AT_ORDER_0 = {"name": "envelope", "expr": "1 - (p + 1)*(p + 2)/2 * x**p + p*(p + 2) * x**(p + 1) - p*(p + 1)/2 * x**(p + 2)",
                         "inputs": ["x"], "params": {"p": 6}, "order": 1, "domain": {"x": [0.5, 1]}}
 

@@ -133,7 +133,7 @@ def test_clear_progress_is_shared_by_every_console(monkeypatch, terminal):
     stream = _Stream(True)
     monkeypatch.setattr("sys.stderr", stream)
     console.Console().progress(1, 2, "mish")
-    console.Console().error("dbgen: boom")  # another Console, as cli.py makes one per error
+    console.Console().error("dbgen: boom")  # another Console, as the CLI makes one per error
     assert stream.getvalue() == "\r\x1b[K[1/2] mish\r\x1b[Kdbgen: boom\n"
     console.clear_progress()  # nothing shown any more: writes nothing
     assert stream.getvalue().endswith("boom\n")

@@ -118,7 +118,7 @@ def test_eager_auto_nests_where_levels_with_values_beat_a_traced_backward():
 
 
 def test_eager_auto_estimates_gelus_sigmoid_form_cheaper_in_one_level():
-    """gelu_tanh written x*sigmoid(2*u) (rewrite.py's tanh_complement; measured W3, 2**18 float32:
+    """gelu_tanh written x*sigmoid(2*u) (the rewrite tanh_complement; measured W3, 2**18 float32:
     save_inputs 0.77, nested 0.86 x composed): the estimate ranks save_inputs first, as measured.
     A build takes nested all the same, for accuracy (test_accuracy's GELU test)."""
     plan = _plan("0.5*x*(1 + tanh(sqrt(2/pi)*(x + 0.044715*x**3)))", order=3)

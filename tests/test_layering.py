@@ -149,3 +149,20 @@ def test_every_import_from_the_package_names_what_it_holds():
             if not hasattr(held, imported) and not submodule:
                 missing.append(f"{path.relative_to(root)}:{line}: {module} has no {imported}")
     assert missing == []
+
+
+MAX_MODULE_LINES = 550  # "about 500": a module past it holds more than one responsibility
+
+
+def test_every_module_says_what_it_holds_and_holds_one_thing():
+    """Each module opens with a docstring whose first line names its responsibility, and stays
+    small enough to hold one: past MAX_MODULE_LINES, split it along its seams."""
+    unsaid, large = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        docstring = ast.get_docstring(ast.parse(text))
+        if path.name != "__main__.py" and not (docstring and docstring.splitlines()[0].strip()):
+            unsaid.append(str(path.relative_to(PACKAGE)))
+        if text.count("\n") > MAX_MODULE_LINES:
+            large.append(f"{path.relative_to(PACKAGE)}: {text.count(chr(10))} lines")
+    assert unsaid == [] and large == []

@@ -169,7 +169,7 @@ def test_random_valid_specs_never_end_in_an_internal_error(spec):
     assert_no_internal_error(spec)
 
 
-@pytest.mark.xfail(strict=True, reason="an open bug outside domain.py and bench.py (KNOWN_BUGS)")
+@pytest.mark.xfail(strict=True, reason="an open bug outside domain.py and the bench (KNOWN_BUGS)")
 @pytest.mark.parametrize("name", sorted(KNOWN_BUGS) or [pytest.param("none", marks=pytest.mark.skip("none open"))])
 def test_known_internal_errors_are_still_open(name):
     assert_no_internal_error(KNOWN_BUGS[name][0], known_bugs_pass=False)

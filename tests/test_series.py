@@ -160,7 +160,7 @@ def test_dimenet_basis_is_exact_at_and_near_0_for_any_params(generated, params):
 
 
 def _excess(got: float, want: mpmath.mpf, slope: mpmath.mpf, x: float) -> float:
-    """Bits lost beyond the conditioning |x f'/f| (as accuracy.py counts them)."""
+    """Bits lost beyond the conditioning |x f'/f| (as the accuracy oracle counts them)."""
     if abs(want) < 1e-290:
         return 0.0
     ulps = float(abs(got - want) / abs(want)) / 2.0**-53
@@ -312,7 +312,7 @@ def test_the_composed_envelope_loses_what_the_split_keeps():
 @pytest.mark.parametrize("text", [
     "where(x < 1, 1 - (p + 1)*(p + 2)/2*x**p + p*(p + 2)*x**(p + 1) - p*(p + 1)/2*x**(p + 2), 0)",  # x**p
     "where(x < 1, 1 - x, 0)",  # a simple root: its conditioning explains its loss
-    "where(x < 2, (cos(pi*x/2) + 1)/2, 0)",  # a function of x: rewrite.py's half angle instead
+    "where(x < 2, (cos(pi*x/2) + 1)/2, 0)",  # a function of x: the rewrite half angle instead
     "where(x < 1, x**2 - 1, 0)",  # no root at the boundary
 ])
 def test_other_branches_at_a_boundary_are_left_as_written(text):

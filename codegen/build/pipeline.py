@@ -73,7 +73,7 @@ def generate(
         on_spec: ``on_spec(spec, seconds, notes=(), warnings=())`` as each spec is done, for
             progress and --verbose lines: ``seconds`` None for a spec read back; ``notes`` the
             candidates auto left out or passed over (``ModulePlan.notes``); ``warnings`` the orders
-            the accuracy oracle (accuracy.py) found losing more bits than its bound.
+            the accuracy oracle (accuracy/) found losing more bits than its bound.
         limits: each spec's bound on symbolic work (``--time-limit``, ``--size-limit``; limits.py).
         tests: where the tests go (``tests_layout``); None: OUT/tests.
         line_length: what the code is wrapped and formatted to; None: the project's

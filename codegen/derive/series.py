@@ -44,7 +44,7 @@ per octave of |u| from 1/16 to 16 (and at each candidate eps), both signs, each 
 2**-45 apart (a cancellation's error is the luck of its roundings: x - tanh(x) loses 3.8 bits at
 x = 0.0661, 8 at 0.06625), against mpmath at enough digits to cover their cancellation; a point's
 *excess* is its error in bits beyond its conditioning, log2(1 + ulps) - log2(max(1, |x
-f^(k+1)/f^(k)|)), as accuracy.py counts it, and E(eps) is the largest excess over the orders at
+f^(k+1)/f^(k)|)), as the accuracy oracle counts it, and E(eps) is the largest excess over the orders at
 eps <= |u| <= the largest feasible eps (beyond it no polynomial serves, and tanh's tails would
 rank every eps alike). The degree N(eps) is the smallest
 whose truncation error, exact, is within 2**-56 of the value (times its conditioning) at every
@@ -191,7 +191,7 @@ def _algebraic(value: sympy.Expr, x: sympy.Symbol) -> bool:
     without the cancellation. Not a power x**p with p a param: its series about 1 never ends, and
     a polynomial chosen at p's default would be exact there only (27 bits off at p = 5.5 for p = 6),
     while the terms in p to the degree needed everywhere take SymPy a minute. Nor a function of x:
-    1 + cos(u) has a rewrite of its own (2*cos(u/2)**2, rewrite.py), at no cost per call."""
+    1 + cos(u) has a rewrite of its own (2*cos(u/2)**2, derive/rewrite/), at no cost per call."""
     return value.is_polynomial(x)
 
 

@@ -18,7 +18,7 @@ from .bounded import _tick
 
 MAX_DEGREE = 48  # the highest degree of a polynomial branch
 FIRST_TERMS = 26  # the series is taken to degree 25 first, to MAX_DEGREE only where that falls short
-DIRECT_BITS = 2.5  # the excess the direct formula may have beyond eps (accuracy.py's bound is 4)
+DIRECT_BITS = 2.5  # the excess the direct formula may have beyond eps (the oracle's bound is 4)
 TRUNCATION = 2.0**-56  # the polynomial's truncation error allowed, relative to the value (with conditioning)
 # eps candidates, in units of u: round numbers, about four per octave
 THRESHOLDS = (0.0625, 0.125, 0.1875, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0,

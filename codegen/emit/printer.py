@@ -111,7 +111,7 @@ class TorchPrinter(PythonCodePrinter):
         return f"{product} * {self.parenthesize(scale, PRECEDENCE['Atom'], strict=True)}"
 
     def _tanh_backward(self, parts) -> str | None:
-        """``g * Sech2(y)`` (rewrite.py) as torch's fused ``tanh_backward(g, y)``, times the float factors."""
+        """``g * Sech2(y)`` (derive/rewrite/) as torch's fused ``tanh_backward(g, y)``, times the float factors."""
         sech2 = next((part for part in parts if type(part).__name__ == "Sech2" and self.is_tensor(part)), None)
         tensors = [part for part in parts if part is not sech2 and self.is_tensor(part)]
         if sech2 is None or not tensors:

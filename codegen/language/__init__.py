@@ -1,6 +1,6 @@
 """The expression language's names (docs/guide/specs.md), without SymPy.
 
-Spec validation needs only the names; ``expr.py`` maps them to SymPy objects. Keeping them apart
+Spec validation needs only the names; ``functions.py`` maps them to SymPy objects. Keeping them apart
 lets a build whose generated files are up to date finish without importing SymPy.
 """
 
