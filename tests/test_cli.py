@@ -3,8 +3,7 @@
 Every run goes through the entry point (``python -m codegen`` in a subprocess, or ``cli.run()`` in
 this process under ``make test``: helpers.run_dbgen) with its working directory a temporary
 folder holding a few small example specs, so that paths in headers and messages are the ones a user
-sees. Every failing run is also checked for a traceback: none may reach a user.
-"""
+sees. Every failing run is also checked for a traceback: none may reach a user."""
 
 from __future__ import annotations
 
@@ -26,36 +25,15 @@ import codegen
 from codegen import provenance
 from codegen.build.write import MANIFEST_NAME as MANIFEST
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "specs"
+from .cli_runs import EXAMPLES, _env, dbgen, files_under
+
 SMALL = ("square", "exp", "sinh", "cube", "gaussian_rbf")
 VERSION = codegen.__version__
 CONCRETE_STRATEGIES = {"save_inputs", "save_outputs", "intermediates", "nested"}
 
 
-def dbgen(*args: str, cwd: Path, env: dict | None = None, umask: int | None = None) -> subprocess.CompletedProcess:
-    """Run ``dbgen ARGS`` in ``cwd`` (helpers.run_dbgen: a fresh process, or in this one under
-    ``make test``; always a process of its own with a ``umask``); a failing run must not show a
-    traceback."""
-    if umask is None:
-        result = run_dbgen(args, cwd, _env(env), timeout=120)
-    else:
-        result = subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=_env(env), capture_output=True,
-                                text=True, timeout=120, preexec_fn=lambda: os.umask(umask), check=False)
-    if result.returncode != 0:
-        assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    return result
-
-
 def python(code: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120, check=False)
-
-
-def _env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DBGEN_DEBUG"}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # importing generated code must not add files to the trees compared
-    env.update(extra or {})
-    return env
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int, int]]:
@@ -72,11 +50,6 @@ PACKAGE_FILES = {"__init__.py", "tests/__init__.py", "tests/conftest.py", "tests
 
 def expected_files(names) -> set[str]:
     return {*PACKAGE_FILES, *(f"{n}.py" for n in names), *(f"tests/test_{n}.py" for n in names)}
-
-
-def files_under(root: Path) -> set[str]:
-    """The files under ``root`` but the build's manifest (tests/test_manifest.py tests it)."""
-    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST}
 
 
 def stderr_lines_with(result: subprocess.CompletedProcess, path: str, word: str) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hypothesis import given, settings
-from test_properties import cases, scaled
+from random_trees import cases, scaled
 
 from codegen.build import pipeline
 from codegen.errors import SpecErrors

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 from formulas import printed_formulas, split_powers
 from hypothesis import example, given, settings
-from test_properties import Case, Node, binary, call, cases, num, power, scaled
+from random_trees import Case, Node, binary, call, cases, num, power, scaled
 
 from codegen.build import pipeline
 from codegen.derive.rewrite import stabilize

@@ -7,13 +7,11 @@ while a spec is loaded).
 Mutations start from the bundled specs/*.yaml: byte flips, truncations, deletions, and insertions of
 YAML syntax (tags such as !!python/object, anchors and aliases, flow brackets, tabs, directives,
 document markers, BOMs, line separators, non-UTF-8 bytes). A fixed batch of them also goes through
-the real CLI: exit 2, one `path:line:` line per problem, no traceback, nothing written.
-"""
+the real CLI: exit 2, one `path:line:` line per problem, no traceback, nothing written."""
 
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import dataclasses
 import os
@@ -24,9 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import sympy
@@ -40,6 +36,8 @@ from codegen.build import pipeline
 from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES, FUNCTION_ARITY
 from codegen.spec import KEYS, load_spec
+
+from .no_code_runs import _CodeRun, nothing_runs
 
 REPO = Path(__file__).resolve().parent.parent
 BUNDLED = {p.name: p.read_bytes() for p in sorted((REPO / "specs").glob("*.yaml"))}
@@ -79,59 +77,6 @@ def time_limit(seconds: float, what: str):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-class _CodeRun(AssertionError):
-    pass
-
-
-def _module_file(source, filename=None) -> bool:
-    """Whether ``source`` is a module being imported from a .py file (SymPy imports some of its
-    modules lazily, and importlib compiles and execs them), never text from a spec."""
-    name = source.co_filename if isinstance(source, types.CodeType) else filename
-    return isinstance(name, str) and name.endswith(".py") and os.path.isfile(name)
-
-
-@contextlib.contextmanager
-def nothing_runs():
-    """eval/exec, compile to code objects, sympify/parse_expr of text, os.system and subprocesses
-    refuse while the block runs; compile to an AST (the parser's) and imports of modules stay allowed."""
-
-    def refuse(name, unless=lambda *args: False):
-        def refused(*args, **kwargs):
-            if unless(*args):
-                return real[name](*args, **kwargs)
-            raise _CodeRun(f"{name} called with {args!r:.200}")
-        return refused
-
-    real = {"eval": builtins.eval, "exec": builtins.exec, "compile": builtins.compile}
-    real_sympify = sympy.sympify
-
-    def ast_only_compile(source, filename, mode, flags=0, *args, **kwargs):
-        if not flags & ast.PyCF_ONLY_AST and not _module_file(source, filename):
-            refuse("compile")(source)
-        return real["compile"](source, filename, mode, flags, *args, **kwargs)
-
-    def sympify_no_text(value, *args, **kwargs):
-        if isinstance(value, str):
-            refuse("sympify")(value)
-        return real_sympify(value, *args, **kwargs)
-
-    patches = [
-        mock.patch.object(builtins, "eval", refuse("eval", unless=_module_file)),
-        mock.patch.object(builtins, "exec", refuse("exec", unless=_module_file)),
-        mock.patch.object(builtins, "compile", ast_only_compile),
-        mock.patch.object(sympy, "sympify", sympify_no_text),
-        mock.patch.object(sys.modules["sympy.core.sympify"], "sympify", sympify_no_text),
-        mock.patch.object(sympy, "parse_expr", refuse("parse_expr")),
-        mock.patch.object(sympy.parsing.sympy_parser, "parse_expr", refuse("parse_expr")),
-        mock.patch.object(os, "system", refuse("os.system")),
-        mock.patch.object(subprocess, "Popen", refuse("subprocess.Popen")),
-    ]
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
-        yield
 
 
 # The property: a clean refusal or a spec that builds ---------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from test_properties import (
+from random_trees import (
     Case,
     Node,
     R,

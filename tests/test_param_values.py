@@ -17,7 +17,7 @@ import torch
 from helpers import import_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import R, evaluate, scaled, text, trees
+from random_trees import R, evaluate, scaled, text, trees
 
 from codegen.derive.param_values import other_param_values
 from codegen.language.expr import parse_expr

@@ -11,8 +11,8 @@ import sympy
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from random_trees import R, scaled, text, trees
 from sympy.codegen.rewriting import optimize
-from test_properties import R, scaled, text, trees
 
 from codegen.derive.rewrite import (
     NEEDS,

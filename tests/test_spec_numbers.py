@@ -195,7 +195,7 @@ def test_a_constant_that_is_zero_is_folded_elsewhere(text, folded):
                                   "x / (sin(1)**2 + cos(1)**2 - 1)", "x / (atan(1/2) + atan(1/3) - pi/4)"])
 def test_deciding_whether_a_constant_is_zero_runs_no_code(text):
     # SymPy's simplify, radsimp and minimal polynomials exec code they generate: kept out of loading
-    from test_fuzz import nothing_runs
+    from no_code_runs import nothing_runs
 
     _zero_kind.cache_clear()
     with nothing_runs():

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import EXAMPLES, dbgen, files_under
+from cli_runs import EXAMPLES, dbgen, files_under
 
 USER_TEST = """\
 import torch

@@ -16,7 +16,7 @@ import torch
 from helpers import build_spec, derivative_chain
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import (
+from random_trees import (
     STRATEGIES,
     R,
     _max_order,
