@@ -1,7 +1,7 @@
 """dbgen: generates PyTorch autograd Functions whose higher-order derivatives are correct by construction.
 
 Each folder is a stage of the pipeline or a tool beside it; a stage imports only from earlier
-ones (tests/test_layering.py keeps it so), and each hands its result down once:
+ones (tests/unit/test_layering.py keeps it so), and each hands its result down once:
 
     language/  the expression language: its names, the parser (text -> SymPy through an ``ast``
                allow-list), special and external functions, and the printer back to the language

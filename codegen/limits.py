@@ -4,7 +4,7 @@ Derivatives grow geometrically with their order: ``exp(exp(exp(x)))`` with three
 has 13, 55, 230, 985, 4,523, 22,288, 117,600 and 661,757 expression nodes at orders 1 to 8, and
 SymPy's time grows with them (minutes in all). The examples stay under 4,300 nodes per order, the
 project's tests under 6,700; real three-input functions at order 3 need more, nested: TorchANI's
-angular term 17,801 to 18,789 depending on how it is written (tests/test_limits.py;
+angular term 17,801 to 18,789 depending on how it is written (tests/unit/derive/test_limits.py;
 reported 22,246 for a spelling not reproduced here). The default
 size limit, 50,000, leaves those room and still stops the blow-ups in seconds (measured, one core):
 mish nested at order 8 at order 6 (78,806 nodes) in 1.6 s, exp(exp(exp(x))) at order 7 (117,574)

@@ -38,5 +38,5 @@ def _env(extra: dict | None = None) -> dict:
 
 
 def files_under(root: Path) -> set[str]:
-    """The files under ``root`` but the build's manifest (tests/test_manifest.py tests it)."""
+    """The files under ``root`` but the build's manifest (tests/unit/build/test_manifest.py tests it)."""
     return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() and p.name != MANIFEST}

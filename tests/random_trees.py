@@ -20,7 +20,7 @@ from codegen.errors import SpecErrors
 from codegen.language import CONSTANT_NAMES
 
 # The functions of one formula everywhere, special functions included; the piecewise forms (where,
-# min, max, clamp, relu) enter the trees as the PIECES below, and are tested by tests/test_branches.py.
+# min, max, clamp, relu) enter the trees as the PIECES below, and are tested by tests/unit/derive/test_branches.py.
 FUNCTION_ARITY = {name: n for name, n in language.FUNCTION_ARITY.items() if name not in language.PIECEWISE_FUNCTIONS}
 from helpers import (
     build_spec,

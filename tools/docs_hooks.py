@@ -2,7 +2,7 @@
 
 A page holds a marker line such as ``<!-- dbgen:cli -->``; the hook replaces it with text that the
 installed dbgen produces, so the CLI reference, the spec schema and the error catalogue can never
-fall behind the code. Each renderer is a plain function, tested in tests/test_docs.py.
+fall behind the code. Each renderer is a plain function, tested in tests/end_to_end/test_docs.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python tools/memory_survey.py [--examples 200] [--orders 2,3]
 
-Draws the property tests' random trees (tests/test_properties.py, derandomized), builds each under
+Draws the property tests' random trees (tests/properties/test_properties.py, derandomized), builds each under
 every strategy, and measures with ``dbgen bench``'s ``graph_measures`` (256 float32 elements) the
 bytes saved for backward at W2 and W3 against autograd through the expression, as printed (the
 generated tests' ``composed``) and as written (``memory.written_function``); the bound is the

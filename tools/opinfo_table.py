@@ -2,7 +2,7 @@
 
 Usage: python tools/opinfo_table.py   (from the repository root, with the test extra installed)
 
-Runs exactly the comparison of tests/test_opinfo.py (it imports that module's functions): each op's
+Runs exactly the comparison of tests/features/test_opinfo.py (it imports that module's functions): each op's
 spec is built (order 2, strategy auto) into a temporary folder, and its value, first and second
 derivative are compared in float32 and float64 with the native op's in float64, on the inputs of
 the op's OpInfo sample_inputs and reference_inputs. After the table, each failing (op, dtype, order)

@@ -105,7 +105,7 @@ def _zero_kind(value: sympy.Expr, rewrite: bool = True) -> str | None:
     cheap ones that stay out of SymPy's polynomial code, and so is ``is_zero`` (for an algebraic
     number it computes a minimal polynomial): simplify, radsimp, cancel and minimal_polynomial
     compile and exec code of their own, which the guard that no code runs while a spec loads
-    refuses (tests/test_fuzz.py). 1/(1 + sqrt(2)) - sqrt(2) + 1 is then "unproven"."""
+    refuses (tests/properties/test_fuzz.py). 1/(1 + sqrt(2)) - sqrt(2) + 1 is then "unproven"."""
     if any(isinstance(call, external.UserExternBase) for call in value.atoms(sympy.Function)):
         return None
     numeric = _numeric_zero(value)

@@ -7,7 +7,7 @@ written and passes every formula it is about to print through ``stabilize``.
 
 Each rule is a ``ReplaceOptim`` from ``sympy.codegen.rewriting`` (SymPy's own ``expm1_opt`` and
 ``logaddexp_opt`` where they fit), applied bottom-up until nothing changes. Every rule returns a
-formula equal to its input wherever both are finite; ``tests/test_rewrite.py`` checks each one.
+formula equal to its input wherever both are finite; ``tests/unit/derive/test_rewrite.py`` checks each one.
 
 The rules live by family (``exponentials``, ``tails``, ``complements``, ``cancellation``,
 ``norms``); this module orders them (``RULES``), says which functions each needs (``NEEDS``) and
@@ -123,7 +123,7 @@ RULES = (
 
 # What a formula must hold for each rule to match anywhere in it: every group, one of each group's
 # kinds. Each rule is a walk of the whole formula; most formulas hold no exp() or log(), and a
-# high order's formulas are large (tests/test_rewrite.py checks that no rule matches without them).
+# high order's formulas are large (tests/unit/derive/test_rewrite.py checks that no rule matches without them).
 NEEDS = {
     "common_denominator": ((sympy.Pow,),),
     "softplus": ((sympy.exp,), (sympy.log, log1p)),
