@@ -115,6 +115,11 @@ def test_the_cost_model_weighs_every_elementary_function_as_measured(function):
     assert cost.block_cost([expr], set()) == function.weight
 
 
+def test_the_cost_models_own_nodes_are_not_language_functions():
+    names = {function.sympy for function in FUNCTIONS}
+    assert not names & set(cost.INTERNAL_WEIGHTS) and not names & set(cost.FUSED_INTERNAL_WEIGHTS)
+
+
 @pytest.mark.parametrize("function", [f for f in FUNCTIONS if f.entire], ids=[f.name for f in FUNCTIONS if f.entire])
 def test_an_entire_function_is_finite_with_its_derivatives_wherever_its_argument_is(function):
     """The branches leave a branch of these unguarded: a wrong flag would let NaN through."""
