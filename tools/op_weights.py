@@ -3,9 +3,10 @@
     python tools/op_weights.py [--size 1048576] [--fused]
 
 CPU, one thread, float32; the best of five timings of 30 calls each. Compare the printed ratios
-with FUNCTION_WEIGHTS (forward column) and the constants in codegen/plan/cost.py. With ``--fused``,
-each function is compiled (torch.compile, inductor) into a kernel ``op(x) * 1.5`` and what it
-adds to the compiled ``x * 1.5`` is printed: compare with FUSED_FUNCTION_WEIGHTS.
+with the language's functions' ``weight`` (forward) in codegen/language/registry.py, and with
+INTERNAL_WEIGHTS and the constants in codegen/plan/cost.py. With ``--fused``, each function is
+compiled (torch.compile, inductor) into a kernel ``op(x) * 1.5`` and what it adds to the compiled
+``x * 1.5`` is printed: compare with the registry's ``fused_weight`` and FUSED_INTERNAL_WEIGHTS.
 """
 
 from __future__ import annotations

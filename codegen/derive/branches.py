@@ -31,8 +31,9 @@ from sympy.logic.boolalg import Boolean
 from sympy.printing.precedence import PRECEDENCE
 
 from ..errors import SpecErrors
+from ..language import functions
 from ..language.formula import formula
-from ..language.functions import sigmoid
+from ..language.registry import REGISTRY
 
 # Safe points tried first, the same value for every input of a branch: they read well in the
 # generated code (torch.where(x > 0, x, 1.0)); then the domain grid.
@@ -189,8 +190,15 @@ def _guard_branch(value: sympy.Expr, taken, inputs, spec, masked: bool) -> sympy
     return value.xreplace({s: _guarded_input(s, taken, v) for s, v in zip(used, safe)})
 
 
-# Functions that are finite, and so are all their derivatives, wherever their argument is finite.
-_ENTIRE = (sympy.Abs, sympy.sign, sympy.sin, sympy.cos, sympy.tanh, sympy.atan, sympy.erf, sympy.erfc, sigmoid)
+def _sympy_class(name: str) -> type:
+    """The SymPy class of that name: SymPy's own (its subclasses included, such as the language's
+    erfc), else the language's (sigmoid)."""
+    return getattr(sympy, name, None) or getattr(functions, name)
+
+
+# Functions that are finite, and so are all their derivatives, wherever their argument is finite:
+# the language's marked ``entire`` in the registry, and sign (abs' derivative).
+_ENTIRE = (*(_sympy_class(f.sympy) for f in REGISTRY.values() if f.entire), sympy.sign)
 
 
 # Nodes that are finite where each of their values is: a choice (its conditions are never values)

@@ -1,7 +1,9 @@
 """SymPy -> torch source: one ``_print_X`` method per construct, as SymPy's own printers do.
 
 Tensor-valued subexpressions print as ``torch.*`` calls. Subexpressions of params alone are
-Python floats at run time, so they print with ``math.*`` (torch functions refuse floats).
+Python floats at run time, so they print with ``math.*`` (torch functions refuse floats). The
+language's functions written as one call (``torch.exp`` of a tensor, ``math.exp`` of a float) get
+their methods from the registry (``language/registry.py``), after the class.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sympy.printing.str import StrPrinter
 
 from ..derive.symbolic import SumTerm
 from ..language.external import UserExternBase
+from ..language.registry import REGISTRY
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 # The largest magnitude a Python float may have to be a where()/clamp() operand of any float
@@ -217,9 +220,11 @@ class TorchPrinter(PythonCodePrinter):
     def _print_Pow(self, expr, rational=False):
         base, exponent = expr.base, expr.exp
         if exponent == sympy.S.Half:
-            return self._call("sqrt", base)
+            return self._call("torch.sqrt", "math.sqrt", base)
         if exponent == -sympy.S.Half:
-            return self._call("rsqrt", base) if self.is_tensor(base) else f"1/{self._call('sqrt', base)}"
+            if self.is_tensor(base):
+                return f"torch.rsqrt({self._print(base)})"
+            return f"1/{self._call('torch.sqrt', 'math.sqrt', base)}"
         if exponent == -1:
             return f"1/{self.parenthesize(base, precedence(expr))}"
         if exponent.is_Rational and not exponent.is_Integer:
@@ -240,73 +245,21 @@ class TorchPrinter(PythonCodePrinter):
         return "1/2"
 
     # --- functions ---------------------------------------------------------------------
-    def _call(self, name: str, *args) -> str:
-        """``torch.name(args)`` for tensor arguments, ``math.name(args)`` for floats."""
+    def _call(self, tensor_function: str, float_function: str, *args) -> str:
+        """``tensor_function(args)`` (torch's) for tensor arguments, ``float_function(args)`` (math's)
+        for floats."""
         printed = ", ".join(self._print(arg) for arg in args)
         if any(self.is_tensor(arg) for arg in args):
-            return f"torch.{name}({printed})"
+            return f"{tensor_function}({printed})"
         self.uses_math = True
-        return f"math.{_MATH_NAMES.get(name, name)}({printed})"
+        return f"{float_function}({printed})"
 
-    def _print_exp(self, expr):
-        return self._call("exp", expr.args[0])
-
-    def _print_log(self, expr):
-        return self._call("log", expr.args[0])
-
-    def _print_log1p(self, expr):
-        return self._call("log1p", expr.args[0])
-
-    def _print_expm1(self, expr):
-        return self._call("expm1", expr.args[0])
-
-    def _print_sin(self, expr):
-        return self._call("sin", expr.args[0])
-
-    def _print_cos(self, expr):
-        return self._call("cos", expr.args[0])
-
-    def _print_tan(self, expr):
-        return self._call("tan", expr.args[0])
-
-    def _print_asin(self, expr):
-        return self._call("asin", expr.args[0])
-
-    def _print_acos(self, expr):
-        return self._call("acos", expr.args[0])
-
-    def _print_atan(self, expr):
-        return self._call("atan", expr.args[0])
+    # The language's functions written as one call (exp, sin, abs, ...) are printed by the
+    # ``_print_X`` methods made from the registry after the class; the methods below are the
+    # functions and nodes whose code needs more than that.
 
     def _print_atan2(self, expr):
-        return self._binary("atan2", *expr.args) or self._call("atan2", *expr.args)
-
-    def _print_sinh(self, expr):
-        return self._call("sinh", expr.args[0])
-
-    def _print_cosh(self, expr):
-        return self._call("cosh", expr.args[0])
-
-    def _print_tanh(self, expr):
-        return self._call("tanh", expr.args[0])
-
-    def _print_asinh(self, expr):
-        return self._call("asinh", expr.args[0])
-
-    def _print_acosh(self, expr):
-        return self._call("acosh", expr.args[0])
-
-    def _print_atanh(self, expr):
-        return self._call("atanh", expr.args[0])
-
-    def _print_erf(self, expr):
-        return self._call("erf", expr.args[0])
-
-    def _print_erfc(self, expr):
-        return self._call("erfc", expr.args[0])
-
-    def _print_Abs(self, expr):
-        return self._call("abs", expr.args[0])
+        return self._binary("atan2", *expr.args) or self._call("torch.atan2", "math.atan2", *expr.args)
 
     def _print_sign(self, expr):
         (arg,) = expr.args
@@ -336,7 +289,7 @@ class TorchPrinter(PythonCodePrinter):
         return self._binary("logaddexp", a, b) or self._print(sympy.Max(a, b) + log1p(sympy.exp(-sympy.Abs(a - b))))
 
     def _print_hypot(self, expr):
-        return self._binary("hypot", *expr.args) or self._call("hypot", *expr.args)
+        return self._binary("hypot", *expr.args) or self._call("torch.hypot", "math.hypot", *expr.args)
 
     def _binary(self, name: str, a, b) -> str | None:
         """``torch.name(a, b)`` when either argument is a tensor (the other made one); else None."""
@@ -356,9 +309,6 @@ class TorchPrinter(PythonCodePrinter):
         return f"torch.full_like({self._print(other)}, {self._print(expr)})"
 
     # --- special functions (special.py) ---------------------------------------------------
-    def _print_loggamma(self, expr):
-        return self._call("lgamma", expr.args[0])
-
     def _print_polygamma(self, expr):
         n, arg = expr.args
         if n == 0:
@@ -527,7 +477,23 @@ class TorchPrinter(PythonCodePrinter):
     _print_not_supported = emptyPrinter
 
 
-_MATH_NAMES = {"abs": "fabs"}
+def _one_call(function):
+    """The ``_print_X`` of a language function written as one call: ``function.torch`` of a
+    tensor, ``function.math`` of a float (a function of params alone)."""
+    def print_call(self, expr):
+        return self._call(function.torch, function.math, *expr.args)
+
+    print_call.__name__ = print_call.__qualname__ = f"_print_{function.sympy}"
+    return print_call
+
+
+# SymPy's printers look a node's method up by its class name, ``_print_<ClassName>``: each language
+# function written as one call (registry.py: a torch and a math spelling) gets its method here, from
+# its registry entry, where each had a hand-written one-liner. A class the printer prints itself (a
+# method in the class body: sqrt's Pow, atan2) keeps its own.
+for _function in REGISTRY.values():
+    if _function.torch and _function.math and f"_print_{_function.sympy}" not in vars(TorchPrinter):
+        setattr(TorchPrinter, f"_print_{_function.sympy}", _one_call(_function))
 
 
 def _call_depth(code: str) -> int:

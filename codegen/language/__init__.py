@@ -1,32 +1,21 @@
 """The expression language's names (docs/guide/specs.md), without SymPy.
 
-Spec validation needs only the names; ``functions.py`` maps them to SymPy objects. Keeping them apart
-lets a build whose generated files are up to date finish without importing SymPy.
+Spec validation needs only the names, read from the registry of the language's functions
+(``registry.py``); ``functions.py`` maps them to SymPy objects. Keeping them apart lets a build whose
+generated files are up to date finish without importing SymPy.
 """
 
-FUNCTION_ARITY = {
-    "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "sqrt": 1,
-    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "atan2": 2,
-    "sinh": 1, "cosh": 1, "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
-    "erf": 1, "erfc": 1, "sigmoid": 1, "softplus": 1, "abs": 1,
-    # piecewise (v2): a branch is never evaluated where it is not taken (branches.py)
-    "where": 3, "min": 2, "max": 2, "clamp": 3, "relu": 1,
-    # special functions (v2): derivatives written in the same set, to every order (special.py)
-    "lgamma": 1, "digamma": 1, "polygamma": 2, "erfinv": 1, "xlogy": 2, "sinc": 1,
-    "i0": 1, "i0e": 1, "i1": 1, "i1e": 1, "bessel_j0": 1, "bessel_j1": 1, "bessel_y0": 1, "bessel_y1": 1,
-    "modified_bessel_i0": 1, "modified_bessel_i1": 1, "modified_bessel_k0": 1, "modified_bessel_k1": 1,
-    "scaled_modified_bessel_k0": 1, "scaled_modified_bessel_k1": 1, "spherical_bessel_j0": 1,
-}
-# SciPy's special functions (docs/guide/externals.md): computed by scipy.special outside autograd, so a spec
-# that calls one is generated nested (external.py); the first of two arguments is a number or a param.
-# Not reserved like FUNCTION_ARITY's: a param may be named zeta (a damping ratio); that spec then
+from .registry import of_kind
+
+# The language's functions by name, each with its arity: the elementary, piecewise and special ones,
+# reserved (no input or param may take their names).
+FUNCTION_ARITY = {function.name: function.arity for function in of_kind("elementary", "piecewise", "special")}
+# SciPy's special functions (docs/guide/externals.md), computed outside autograd (external.py). Not
+# reserved like FUNCTION_ARITY's: a param may be named zeta (a damping ratio); that spec then
 # cannot call zeta().
-SCIPY_ARITY = {
-    "jv": 2, "yv": 2, "iv": 2, "kv": 2, "ive": 2, "kve": 2, "expi": 1, "expn": 2, "gammainc": 2, "gammaincc": 2,
-    "lambertw": 1, "zeta": 2, "fresnel_s": 1, "fresnel_c": 1, "airy_ai": 1, "airy_ai_prime": 1, "airy_bi": 1,
-    "airy_bi_prime": 1, "struve": 2, "ellipk": 1, "ellipe": 1,
-}
-PIECEWISE_FUNCTIONS = ("where", "min", "max", "clamp", "relu")
+SCIPY_ARITY = {function.name: function.arity for function in of_kind("scipy")}
+# A branch of these is never evaluated where it is not taken (derive/branches.py)
+PIECEWISE_FUNCTIONS = tuple(function.name for function in of_kind("piecewise"))
 CONSTANT_NAMES = ("pi", "E")
 
 # Names users reach for that the language does not have (yet): what the message says instead of

@@ -2,8 +2,10 @@
 writes it in a spec, for docstrings, ``dbgen show`` and messages.
 
 A leaf of the pipeline: the branches, the domain check, the render and show read it, and it imports
-nothing of dbgen's. Nodes that dbgen adds to SymPy print through their own ``_sympystr`` or the
-``_print_X`` methods here (matched by class name, as SymPy's printers do).
+nothing of dbgen's but the registry of the language's functions (``registry.py``), which names the
+SymPy classes the language spells otherwise (``Abs`` is ``abs``). Nodes that dbgen adds to SymPy
+print through their own ``_sympystr`` or the ``_print_X`` methods here (matched by class name, as
+SymPy's printers do).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
+
+from .registry import REGISTRY
 
 
 def _is_series(expr: sympy.Expr) -> bool:
@@ -42,9 +46,6 @@ class LanguagePrinter(StrPrinter):
         value, taken = expr.args
         return f"where({self._print(taken)}, {self._print(value)}, 0)"
 
-    def _print_Abs(self, expr):
-        return f"abs({self._print(expr.args[0])})"
-
     def _print_sign(self, expr):
         """sign is not in the language (abs' derivative is, and 0 at 0, as torch's)."""
         u = self._print(expr.args[0])
@@ -52,9 +53,6 @@ class LanguagePrinter(StrPrinter):
 
     def _print_Sech2(self, expr):
         return f"(1 - {self.parenthesize(expr.args[0]**2, PRECEDENCE['Add'])})"
-
-    def _print_loggamma(self, expr):
-        return f"lgamma({self._print(expr.args[0])})"
 
     def _print_polygamma(self, expr):
         n, arg = expr.args
@@ -75,6 +73,24 @@ class LanguagePrinter(StrPrinter):
 
     def _print_Relational(self, expr):
         return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+
+
+def _by_name(name: str):
+    """The ``_print_X`` of a SymPy class that the language names ``name``."""
+    def print_call(self, expr):
+        return f"{name}({', '.join(self._print(arg) for arg in expr.args)})"
+
+    return print_call
+
+
+# A language function whose SymPy class has another name (registry.py: Abs is abs, loggamma is
+# lgamma) is written by the language's; SymPy's printers look a method up by the class name,
+# ``_print_<ClassName>``. Not an alias (modified_bessel_i0 is written i0), nor a class printed
+# by its own method (sqrt's Pow, the piecewise ones' Piecewise, digamma's polygamma).
+for _function in REGISTRY.values():
+    if (_function.name != _function.sympy and _function.alias_of is None
+            and not hasattr(LanguagePrinter, f"_print_{_function.sympy}")):
+        setattr(LanguagePrinter, f"_print_{_function.sympy}", _by_name(_function.name))
 
 
 def formula(expr: sympy.Expr) -> str:

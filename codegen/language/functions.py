@@ -1,6 +1,7 @@
-"""The language as SymPy sees it: the parser's table of functions (``FUNCTIONS``), the constants,
-the size limits and ``ExprError``; and SymPy functions for sigmoid, softplus, erfc and log1p whose
-derivatives are in terms of themselves.
+"""The language as SymPy sees it: the parser's table of functions (``FUNCTIONS``: the names and
+arities of ``registry.py``, each with its SymPy constructor), the constants, the size limits and
+``ExprError``; and SymPy functions for sigmoid, softplus, erfc and log1p whose derivatives are in
+terms of themselves.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1
 
 from . import external, special
+from .registry import REGISTRY
 
 
 class ExprError(ValueError):
@@ -87,41 +89,55 @@ class log1p(cfunctions.log1p):  # lowercase: printed as the user wrote it
             return super().eval(arg)
 
 
-FUNCTIONS: dict[str, tuple[object, int]] = {
-    "exp": (sympy.exp, 1),
-    "log": (sympy.log, 1),
-    "log1p": (log1p, 1),
-    "expm1": (expm1, 1),
-    "sqrt": (sympy.sqrt, 1),
-    "sin": (sympy.sin, 1),
-    "cos": (sympy.cos, 1),
-    "tan": (sympy.tan, 1),
-    "asin": (sympy.asin, 1),
-    "acos": (sympy.acos, 1),
-    "atan": (sympy.atan, 1),
-    "atan2": (sympy.atan2, 2),
-    "sinh": (sympy.sinh, 1),
-    "cosh": (sympy.cosh, 1),
-    "tanh": (sympy.tanh, 1),
-    "asinh": (sympy.asinh, 1),
-    "acosh": (sympy.acosh, 1),
-    "atanh": (sympy.atanh, 1),
-    "erf": (sympy.erf, 1),
-    "erfc": (erfc, 1),
-    "sigmoid": (sigmoid, 1),
-    "softplus": (softplus, 1),
-    "abs": (sympy.Abs, 1),
+# Name in specs -> the SymPy constructor a call of it builds (its arity and the rest: registry.py).
+CONSTRUCTORS = {
+    "exp": sympy.exp,
+    "log": sympy.log,
+    "log1p": log1p,
+    "expm1": expm1,
+    "sqrt": sympy.sqrt,
+    "sin": sympy.sin,
+    "cos": sympy.cos,
+    "tan": sympy.tan,
+    "asin": sympy.asin,
+    "acos": sympy.acos,
+    "atan": sympy.atan,
+    "atan2": sympy.atan2,
+    "sinh": sympy.sinh,
+    "cosh": sympy.cosh,
+    "tanh": sympy.tanh,
+    "asinh": sympy.asinh,
+    "acosh": sympy.acosh,
+    "atanh": sympy.atanh,
+    "erf": sympy.erf,
+    "erfc": erfc,
+    "sigmoid": sigmoid,
+    "softplus": softplus,
+    "abs": sympy.Abs,
     # piecewise (v2): Piecewise with each branch's condition; derivatives branch by branch, and at a
     # tie or boundary the native op's (torch.minimum splits the gradient of a tie in halves,
     # torch.clamp passes it at either bound, relu gives 0 at 0)
-    "where": (lambda cond, a, b: sympy.Piecewise((a, cond), (b, True)), 3),
-    "min": (lambda a, b: sympy.Piecewise((a, a < b), (b, b < a), ((a + b) / 2, True)), 2),
-    "max": (lambda a, b: sympy.Piecewise((a, a > b), (b, b > a), ((a + b) / 2, True)), 2),
-    "clamp": (lambda x, lo, hi: sympy.Piecewise((hi, sympy.Or(x > hi, lo > hi)), (lo, x < lo), (x, True)), 3),
-    "relu": (lambda x: sympy.Piecewise((x, x > 0), (0, True)), 1),
-    **special.FUNCTIONS,
-    **{name: (cls, cls.arity) for name, cls in external.SCIPY.items()},
+    "where": lambda cond, a, b: sympy.Piecewise((a, cond), (b, True)),
+    "min": lambda a, b: sympy.Piecewise((a, a < b), (b, b < a), ((a + b) / 2, True)),
+    "max": lambda a, b: sympy.Piecewise((a, a > b), (b, b > a), ((a + b) / 2, True)),
+    "clamp": lambda x, lo, hi: sympy.Piecewise((hi, sympy.Or(x > hi, lo > hi)), (lo, x < lo), (x, True)),
+    "relu": lambda x: sympy.Piecewise((x, x > 0), (0, True)),
+    **special.CONSTRUCTORS,
+    **external.SCIPY,
 }
+
+
+def _table() -> dict[str, tuple[object, int]]:
+    """The parser's table, name -> (constructor, arity), in the registry's order; an alias calls its
+    original's constructor. A function of the registry without a constructor, or a constructor of
+    no function of the registry, is a mistake in this module: refused when it is imported."""
+    unmatched = {f.name for f in REGISTRY.values() if f.alias_of is None}.symmetric_difference(CONSTRUCTORS)
+    if unmatched:
+        raise ImportError(f"codegen.language.functions: the registry and CONSTRUCTORS differ on {sorted(unmatched)}")
+    return {f.name: (CONSTRUCTORS[f.alias_of or f.name], f.arity) for f in REGISTRY.values()}
+
+
+FUNCTIONS = _table()
 # Arguments that are conditions (comparisons, and/or/not of them); every other argument is a number,
 # and a condition given where a number is wanted is its 0/1 indicator.
 CONDITION_ARGUMENTS = {"where": (0,)}

@@ -340,25 +340,22 @@ class xlogy(sympy.Function):
         return sympy.S.Zero if x == 0 else (x * sympy.log(y))._eval_evalf(prec)
 
 
-# name in specs -> (SymPy function, arity); each of the torch ops' own derivatives is exact
+# name in specs -> its SymPy function (the registry holds the rest of each, registry.py); each of
+# the torch ops' own derivatives is exact
 TORCH_DIFFERENTIABLE = {
-    "lgamma": (sympy.loggamma, 1),
-    "digamma": (lambda x: sympy.polygamma(0, x), 1),
-    "polygamma": (sympy.polygamma, 2),
-    "erfinv": (sympy.erfinv, 1),
-    "xlogy": (xlogy, 2),
+    "lgamma": sympy.loggamma,
+    "digamma": lambda x: sympy.polygamma(0, x),
+    "polygamma": sympy.polygamma,
+    "erfinv": sympy.erfinv,
+    "xlogy": xlogy,
 }
 LANGUAGE_CLASSES = (
     bessel_j0, bessel_j1, bessel_y0, bessel_y1, i0, i1, i0e, i1e, modified_bessel_k0, modified_bessel_k1,
     scaled_modified_bessel_k0, scaled_modified_bessel_k1, spherical_bessel_j0, sinc,
 )
-# torch.special's modified_bessel_i0/i1 are i0/i1 by another name (with no derivative in torch)
-ALIASES = {"modified_bessel_i0": i0, "modified_bessel_i1": i1}
-FUNCTIONS = {
-    **TORCH_DIFFERENTIABLE,
-    **{cls.language: (cls, 1) for cls in LANGUAGE_CLASSES},
-    **{name: (cls, 1) for name, cls in ALIASES.items()},
-}
+# The special functions' constructors by name; an alias (torch.special's modified_bessel_i0 is i0)
+# is its original's, by the registry's alias_of (functions.py)
+CONSTRUCTORS = {**TORCH_DIFFERENTIABLE, **{cls.language: cls for cls in LANGUAGE_CLASSES}}
 FAMILIES = (bessel_j_over_power, bessel_i_over_power, scaled_bessel_i_over_power, spherical_j_over_power)
 ALL = (*LANGUAGE_CLASSES, *FAMILIES)
 MAX_POLYGAMMA_ORDER = 50  # polygamma(n, x) for n up to this (torch computes any, SymPy slows down)

@@ -12,7 +12,8 @@ one fused kernel, costed by the tensors it reads and writes and the functions it
 
 Weights are the measured time of one op relative to a product of two tensors (CPU, 2**20 float32
 elements, one thread, torch 2.13: ``python tools/op_weights.py`` measures them again). An op with
-a scalar operand reads one tensor instead of two, hence about 0.7.
+a scalar operand reads one tensor instead of two, hence about 0.7. The language's functions carry
+their weights in the registry (``language/registry.py``); the nodes dbgen writes itself, here.
 """
 
 from __future__ import annotations
@@ -21,22 +22,26 @@ import sympy
 
 from ..derive.branches import Guard, Masked
 from ..derive.symbolic import SumTerm
+from ..language.registry import REGISTRY
 
 # One kernel's time relative to ``a * b``, and the time of autograd's backward for it.
 # Functions: (forward, backward); the backward of most is one fused kernel (tanh_backward,
-# sigmoid_backward, ...) or a product with a saved value.
-FUNCTION_WEIGHTS = {
-    "exp": (0.8, 1.0), "log": (0.9, 1.0), "log1p": (2.5, 1.7), "expm1": (3.5, 1.0), "sqrt": (0.7, 1.0),
-    "sin": (1.4, 2.4), "cos": (1.4, 2.4), "tan": (1.5, 2.0), "asin": (1.5, 3.0), "acos": (1.5, 3.0),
-    "atan": (1.3, 2.0), "atan2": (4.3, 6.0), "sinh": (3.9, 5.0), "cosh": (4.0, 5.0), "tanh": (1.1, 1.0),
-    "asinh": (8.0, 3.0), "acosh": (8.0, 3.0), "atanh": (2.0, 2.0), "erf": (1.9, 3.0), "erfc": (2.1, 3.0),
-    "sigmoid": (1.4, 1.0), "softplus": (4.6, 1.0), "Abs": (0.7, 2.0), "sign": (0.7, 0.0),
+# sigmoid_backward, ...) or a product with a saved value. The language's functions have theirs in
+# the registry (language/registry.py); these are the nodes dbgen writes itself (derivatives, rewrites).
+INTERNAL_WEIGHTS = {
+    "sign": (0.7, 0.0),  # abs' derivative
     "logaddexp": (4.8, 6.0), "hypot": (3.3, 4.0), "Max": (1.0, 2.0),
     # 1 - y**2 of a tanh, fused with its product into tanh_backward (rewrite.Sech2)
     "Sech2": (0.2, 2.5),
     # the generated module's _norm(x, y, z) (rewrite.Norm): 1.5 and 2.3 times two hypots, measured on
     # a loaded machine (2**20 float32, one thread): rough
     "Norm": (10.0, 18.0),
+}
+# By SymPy class name, as nodes are looked up. sqrt, whose call SymPy writes x**(1/2), is costed as
+# a power (FAST_EXPONENTS) and has no entry here.
+FUNCTION_WEIGHTS = {
+    **{f.sympy: f.weight for f in REGISTRY.values() if f.weight is not None and f.sympy != "Pow"},
+    **INTERNAL_WEIGHTS,
 }
 UNKNOWN_FUNCTION = (2.0, 3.0)
 TENSOR_OP = 1.0        # a * b, a + b, a / b
@@ -55,11 +60,10 @@ LOGICAL = 0.1          # mask & mask, ~mask: a byte per element
 # traffic, relative to ``a * b`` in eager mode. Inductor evaluates them with SLEEF, not ATen's
 # MKL VML kernels: cheap for exp, sigmoid and sqrt, dear for tanh, softplus and erfc (measured,
 # 2**20 float32, one thread, torch 2.13: ``python tools/op_weights.py --fused``).
+FUSED_INTERNAL_WEIGHTS = {"sign": 0.0, "logaddexp": 3.6, "hypot": 2.0, "Max": 0.0, "Sech2": 0.0}
 FUSED_FUNCTION_WEIGHTS = {
-    "exp": 0.15, "log": 1.0, "log1p": 1.2, "expm1": 0.17, "sqrt": 0.0, "sin": 0.15, "cos": 0.4, "tan": 2.5,
-    "asin": 2.0, "acos": 2.6, "atan": 1.8, "atan2": 2.7, "sinh": 2.9, "cosh": 3.6, "tanh": 3.3,
-    "asinh": 4.8, "acosh": 5.5, "atanh": 1.5, "erf": 0.8, "erfc": 6.5, "sigmoid": 0.4, "softplus": 2.9,
-    "Abs": 0.0, "sign": 0.0, "logaddexp": 3.6, "hypot": 2.0, "Max": 0.0, "Sech2": 0.0,
+    **{f.sympy: f.fused_weight for f in REGISTRY.values() if f.fused_weight is not None and f.sympy != "Pow"},
+    **FUSED_INTERNAL_WEIGHTS,
 }
 FUSED_UNKNOWN_FUNCTION = 3.0
 FUSED_GENERAL_POWER = 5.5  # a non-integer exponent; inductor multiplies out integer ones
