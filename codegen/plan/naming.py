@@ -119,8 +119,11 @@ def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
         constant, terms = value.as_coeff_Add()
         if not terms.is_Add and constant != 0:
             return _shifted(terms, constant, depth)
-        parts = [_part(term, depth) for term in sympy.Add.make_args(value) if not term.is_Number]
-        return _joined("sum", parts)
+        terms = [term for term in sympy.Add.make_args(value) if not term.is_Number]
+        difference = _difference(terms) if constant == 0 else None
+        if difference:
+            return _joined("diff", [_part(term, depth) for term in difference])
+        return _joined("sum", [_part(term, depth) for term in terms])
     if value.is_Mul:
         coefficient, factors = value.as_coeff_Mul()
         parts = [_part(factor, depth) for factor in sympy.Mul.make_args(factors)]
@@ -130,6 +133,17 @@ def _outline(value: sympy.Expr, depth: int = 0) -> str | None:
         scaled = f"scaled_{name}"
         return name if coefficient == 1 or len(scaled) > MAX_NAME else scaled
     return _constant(value)
+
+
+def _difference(terms: list[sympy.Expr]) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(a, b) where ``terms`` are a and -b, so that a - b is named diff_a_b (not sum_a_neg_b)."""
+    if len(terms) != 2:
+        return None
+    negated = [term.as_coeff_Mul()[0] == -1 for term in terms]
+    if negated.count(True) != 1:
+        return None
+    minuend, subtrahend = (terms[1], terms[0]) if negated[0] else terms
+    return minuend, -subtrahend
 
 
 def _part(value: sympy.Expr, depth: int) -> str:

@@ -28,6 +28,11 @@ LONG = sympy.tanh(sympy.sqrt(2) * x * (sympy.Float(0.044715) * x**2 + 1) / sympy
     (x**3, "x_pow3"),
     (1 / x, "inv_x"),
     (x + y, "sum_x_y"),
+    (x - y, "diff_x_y"),  # a difference, not sum_x_neg_y
+    (y - x, "diff_y_x"),
+    (sympy.exp(x) - sympy.sin(y), "diff_exp_x_sin_y"),
+    (x - y + 1, "sum_x_neg_y"),  # not a difference of two: diff_x_y would drop the 1
+    (-x - y, "sum_neg_x_neg_y"),
     (x * y, "prod_x_y"),
     (grad_out * sigmoid(x), "prod_grad_out_sigmoid_x"),
     (2 * x, "scaled_x"),
