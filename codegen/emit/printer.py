@@ -18,6 +18,7 @@ from sympy.printing.str import StrPrinter
 
 from ..derive.symbolic import SumTerm
 from ..language.external import UserExternBase
+from ..language.formula import oriented
 from ..language.registry import REGISTRY
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
@@ -445,10 +446,9 @@ class TorchPrinter(PythonCodePrinter):
         return f"{self.parenthesize(value, PRECEDENCE['Mul'], strict=True)} * {mask}"
 
     def _print_Relational(self, expr):
-        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
-        lhs = self.parenthesize(expr.lhs, PRECEDENCE["Relational"] + 1)
-        rhs = self.parenthesize(expr.rhs, PRECEDENCE["Relational"] + 1)
-        return f"{lhs} {op} {rhs}"
+        lhs, op, rhs = oriented(expr, first=self.is_tensor)
+        return (f"{self.parenthesize(lhs, PRECEDENCE['Relational'] + 1)} {op} "
+                f"{self.parenthesize(rhs, PRECEDENCE['Relational'] + 1)}")
 
     def _print_And(self, expr):
         return self._joined_conditions(expr, "&", "and")

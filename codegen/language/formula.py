@@ -72,7 +72,8 @@ class LanguagePrinter(StrPrinter):
         return f"not {self.parenthesize(expr.args[0], PRECEDENCE['Not'])}"
 
     def _print_Relational(self, expr):
-        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+        lhs, op, rhs = oriented(expr)
+        return f"{self._print(lhs)} {op} {self._print(rhs)}"
 
 
 def _by_name(name: str):
@@ -91,6 +92,35 @@ for _function in REGISTRY.values():
     if (_function.name != _function.sympy and _function.alias_of is None
             and not hasattr(LanguagePrinter, f"_print_{_function.sympy}")):
         setattr(LanguagePrinter, f"_print_{_function.sympy}", _by_name(_function.name))
+
+
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def oriented(relation: sympy.core.relational.Relational, first=None) -> tuple[sympy.Expr, str, sympy.Expr]:
+    """A comparison's sides and operator as dbgen prints it: the side with more operations first.
+
+    SymPy keeps a condition in whichever order it was built or canonicalised in, so one condition
+    came out as ``delta > abs(x - y)`` where the spec wrote ``abs(x - y) < delta``, and as
+    ``abs_diff_x_y < delta`` once CSE had named the abs. Every printer and the mask's name read
+    this order instead, so that a condition has one spelling wherever it stands.
+
+    Args:
+        relation: the comparison.
+        first: where both sides have as many operations, a test of the side to put first (the
+            torch printer's: the tensor, so that ``abs_diff_x_y < delta`` reads as the spec); None
+            keeps the order SymPy has.
+
+    Returns:
+        (left side, operator, right side).
+    """
+    lhs, rhs = relation.lhs, relation.rhs
+    flip = sympy.count_ops(rhs) > sympy.count_ops(lhs)
+    if not flip and first is not None and sympy.count_ops(rhs) == sympy.count_ops(lhs):
+        flip = first(rhs) and not first(lhs)
+    if flip:
+        return rhs, _FLIPPED[relation.rel_op], lhs
+    return lhs, relation.rel_op, rhs
 
 
 def formula(expr: sympy.Expr) -> str:

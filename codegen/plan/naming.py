@@ -10,6 +10,7 @@ import re
 import sympy
 
 from ..derive import branches
+from ..language.formula import oriented
 
 # Module-level names of the generated code. Its helpers (_broadcast, _fused, ...) need no entry:
 # they start with "_", which no spec name and no Namer name does.
@@ -84,9 +85,10 @@ def _describe_rec(value: sympy.Expr, depth: int) -> str | None:
     if isinstance(value, branches.Masked):  # a value where its branch is taken, else 0
         return f"masked_{_part(value.args[0], depth)}"
     if isinstance(value, sympy.core.relational.Relational):
+        lhs, op, rhs = oriented(value)  # as the printers write it
         left, right = (_describe_rec(side, depth + 1) or _signed_constant(side) or ("bound" if side.is_Float else None)
-                       for side in (value.lhs, value.rhs))
-        word = _RELATION_WORDS[value.rel_op]
+                       for side in (lhs, rhs))
+        word = _RELATION_WORDS[op]
         return f"{left}_{word}_{right}" if left and right else None
     if isinstance(value, sympy.Function) and len(value.args) == 1:
         inner = _describe_rec(value.args[0], depth + 1)

@@ -13,6 +13,8 @@ import sympy
 from sympy.codegen.cfunctions import log1p
 
 from codegen.build import pipeline
+from codegen.language.expr import parse_expr
+from codegen.language.formula import formula, oriented
 from codegen.language.functions import sigmoid, softplus
 from codegen.plan.naming import MAX_NAME, Namer, _describe
 
@@ -107,3 +109,31 @@ def test_an_unused_value_is_not_renamed_onto_a_module_helper():
     assert functions._unpack_used(["horner", "x"], {"x"}) == "_unused_horner, x"
     assert functions._unpack_used(["sinh_x", "x"], {"x"}) == "_sinh_x, x"
     assert {"_horner", "_norm", "_accumulate"} <= functions._module_private_names()
+
+
+@pytest.mark.parametrize("written", [
+    "where(abs(x - y) < delta, x, y)",
+    "where(x < delta, x, y)",
+    "where(delta < x, x, y)",  # as written: both sides as simple, SymPy's order (alphabetical) kept
+    "where(x**2 + y**2 <= delta, 1, 0)",
+])
+def test_a_condition_is_written_back_with_its_larger_side_first(written):
+    """SymPy keeps a condition in its canonical order, alphabetical among symbols: huber's
+    abs(x - y) < delta came out as delta > abs(x - y) in the docstring and the backward, and as
+    abs_diff_x_y < delta in the forward, where CSE had named the abs. One spelling now: the side
+    with more operations first, in the docstrings, the code and the mask's name."""
+    expr = parse_expr(written, ("x", "y"), ("delta",))
+    (condition,) = [arg.cond for arg in expr.args if arg.cond is not sympy.true]
+    lhs, op, rhs = oriented(condition)
+    assert sympy.count_ops(lhs) >= sympy.count_ops(rhs)
+    assert formula(expr).startswith(f"where({formula(lhs)} {op} {formula(rhs)},")
+    if written.startswith("where(abs"):
+        assert formula(expr) == written
+    difference = sympy.Symbol("diff_x_y", real=True)  # as CSE names x - y
+    assert _describe(sympy.Gt(sympy.Symbol("delta", real=True), sympy.Abs(difference))) == "abs_diff_x_y_lt_delta"
+
+
+def test_huber_spells_its_condition_one_way():
+    module = (ROOT / "generated" / "huber.py").read_text(encoding="utf-8")
+    assert "delta >" not in module and "delta_gt" not in module
+    assert "abs(x - y) < delta" in module and "abs_diff_x_y_lt_delta" in module
