@@ -115,12 +115,17 @@ def oriented(relation: sympy.core.relational.Relational, first=None) -> tuple[sy
         (left side, operator, right side).
     """
     lhs, rhs = relation.lhs, relation.rhs
-    flip = sympy.count_ops(rhs) > sympy.count_ops(lhs)
-    if not flip and first is not None and sympy.count_ops(rhs) == sympy.count_ops(lhs):
+    flip = _operations(rhs) > _operations(lhs)
+    if not flip and first is not None and _operations(rhs) == _operations(lhs):
         flip = first(rhs) and not first(lhs)
     if flip:
         return rhs, _FLIPPED[relation.rel_op], lhs
     return lhs, relation.rel_op, rhs
+
+
+def _operations(side: sympy.Expr) -> int:
+    """The operations a side of a comparison reads; none for a constant (-1, pi/2), which stays last."""
+    return 0 if side.is_number else sympy.count_ops(side)
 
 
 def formula(expr: sympy.Expr) -> str:
