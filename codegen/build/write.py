@@ -1,4 +1,4 @@
-"""Stage 6: safe, deterministic writes, all or nothing; the face of the write stage.
+"""Safe, deterministic writes, all or nothing; the face of the write stage.
 
 A file is dbgen's when its first line is the ``@generated`` header and it is a regular file (not
 a symbolic link); nothing else in an output folder is ever overwritten or deleted.

@@ -1,4 +1,4 @@
-"""Stage 3a: piecewise functions made NaN-free at every order (docs/guide/specs.md, Piecewise functions).
+"""Piecewise functions made NaN-free at every order (docs/guide/specs.md, Piecewise functions).
 
 ``torch.where(x > 0, exp(-1/x), 0)`` evaluates both branches everywhere: at x <= 0 the untaken
 branch overflows, and its gradient, multiplied by the 0 that ``where`` sends it, is 0 * inf = NaN

@@ -1,4 +1,4 @@
-"""Stage 2b: removable singularities made exact at and near their point, at every order.
+"""Removable singularities made exact at and near their point, at every order.
 
 ``sin(x)/x`` is 0/0 at x = 0, and near it its derivatives cancel: SymPy's third derivative,
 ``-cos(x)/x + 3*sin(x)/x**2 + 6*cos(x)/x**3 - 6*sin(x)/x**4``, adds terms of size 6/x**4 to make

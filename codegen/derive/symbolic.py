@@ -1,4 +1,4 @@
-"""Stage 3: derivatives, vector-Jacobian products, rewrites in terms of saved values, and CSE.
+"""Derivatives, vector-Jacobian products, rewrites in terms of saved values, and CSE.
 
 Everything here is pure SymPy: no torch, no code text. Derivatives are taken almost everywhere,
 as autograd takes them (the derivative of sign(u) is 0, not a Dirac delta).

@@ -1,4 +1,4 @@
-"""Stage 2: expression text -> SymPy, by walking Python's ``ast`` with an allow-list.
+"""Expression text -> SymPy, by walking Python's ``ast`` with an allow-list.
 
 Spec text never reaches ``eval``, ``sympify`` or ``parse_expr`` (SymPy documents that those run
 arbitrary code). ``ast.parse`` only parses; ``builder`` checks every node kind against the

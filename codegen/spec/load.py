@@ -1,4 +1,4 @@
-"""Stage 1, spec: a YAML spec file -> a validated, frozen ``Spec``, or every problem of the file.
+"""A YAML spec file read -> a validated, frozen ``Spec``, or every problem of the file.
 
 The expression (or each of ``outputs``' expressions) is parsed here too, so that one run reports
 every problem of a file; the checks across keys (formulas against inputs and externs, the native
