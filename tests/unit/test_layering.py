@@ -166,3 +166,21 @@ def test_every_module_says_what_it_holds_and_holds_one_thing():
         if text.count("\n") > MAX_MODULE_LINES:
             large.append(f"{path.relative_to(PACKAGE)}: {text.count(chr(10))} lines")
     assert unsaid == [] and large == []
+
+
+def stage_graph() -> dict[tuple[str, str], int]:
+    """(stage, stage it imports from) -> how many imports, between different stages."""
+    graph, edges = _graph(), {}
+    for module, targets in graph.items():
+        for target in targets:
+            pair = (STAGES[_stage(module)][0], STAGES[_stage(target)][0])
+            if pair[0] != pair[1]:
+                edges[pair] = edges.get(pair, 0) + 1
+    return edges
+
+
+if __name__ == "__main__":  # the import graph between stages: python tests/unit/test_layering.py
+    order = [name for name, _ in STAGES]
+    for (importer, imported), count in sorted(stage_graph().items(), key=lambda e: (order.index(e[0][0]),
+                                                                                  order.index(e[0][1]))):
+        print(f"{importer} -> {imported}: {count}")
