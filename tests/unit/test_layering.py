@@ -36,16 +36,29 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _package_of(path: Path) -> str:
+    """The package a module of the package imports relatively from: itself for an __init__."""
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from X import ...`` reads, its relative form resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def _imports(path: Path, modules) -> set[str]:
     """The modules of ``modules`` that ``path`` imports, anywhere in it: ``from . import x`` is
     codegen.x where that is a module, else (a name defined in the package) codegen itself."""
     name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = _package_of(path)
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            target = ".".join([*base, node.module] if node.module else base)
+            target = _imported_from(node, package)
             found.update(f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
@@ -123,11 +136,7 @@ def _imported_names(path: Path, package: str | None):
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if not isinstance(node, ast.ImportFrom) or (node.level and package is None):
             continue
-        if node.level:
-            base = package.split(".")[: len(package.split(".")) - node.level + 1]
-            module = ".".join([*base, node.module] if node.module else base)
-        else:
-            module = node.module or ""
+        module = _imported_from(node, package)
         if module == "codegen" or module.startswith("codegen."):
             yield from ((node.lineno, module, alias.name) for alias in node.names)
 
@@ -140,9 +149,7 @@ def test_every_import_from_the_package_names_what_it_holds():
                *(root / "benchmarks").glob("*.py")]
     missing = []
     for path in sources:
-        inside = path.is_relative_to(PACKAGE)
-        name = _module_name(path) if inside else None
-        package = name if inside and path.name == "__init__.py" else name.rpartition(".")[0] if inside else None
+        package = _package_of(path) if path.is_relative_to(PACKAGE) else None
         for line, module, imported in _imported_names(path, package):
             held = importlib.import_module(module)
             submodule = hasattr(held, "__path__") and importlib.util.find_spec(f"{module}.{imported}") is not None
