@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from codegen.build import pipeline, write
+from codegen.errors import SpecErrors
 
 _counter = itertools.count()
 
@@ -187,3 +188,15 @@ def _run_dbgen_in_process(args: list[str], cwd: Path, env: dict) -> subprocess.C
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     return subprocess.CompletedProcess(["dbgen", *args], code, out.getvalue(), err.getvalue())
+
+
+def build_problems(tmp_path: Path, text: str) -> list[str]:
+    """The problems building the spec ``text`` (as f.yaml in ``tmp_path``) reports, each as the
+    user sees it (the domain check runs in the build, on the guarded formula); [] if it builds."""
+    path = tmp_path / "f.yaml"
+    path.write_text(text)
+    try:
+        pipeline.generate(path, root=tmp_path)
+    except SpecErrors as errors:
+        return [str(p) for p in errors.problems]
+    return []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import build_problems
 from hypothesis import given, settings
 from random_trees import cases, scaled
 
@@ -21,16 +22,6 @@ from codegen.errors import SpecErrors
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _problems(tmp_path: Path, text: str) -> list[str]:
-    path = tmp_path / "f.yaml"
-    path.write_text(text)
-    try:
-        pipeline.generate(path, root=tmp_path)
-    except SpecErrors as errors:
-        return [str(p) for p in errors.problems]
-    return []
-
-
 def _spec(expr: str, domain: str | None = None, inputs: str = "[x]", order: int = 2, params: str | None = None) -> str:
     lines = ["name: f", f"expr: {expr}", f"inputs: {inputs}", f"order: {order}"]
     lines += [f"params: {params}"] * (params is not None) + [f"domain: {domain}"] * (domain is not None)
@@ -38,40 +29,40 @@ def _spec(expr: str, domain: str | None = None, inputs: str = "[x]", order: int 
 
 
 def test_log_where_it_is_undefined_is_refused_on_the_domain_line(tmp_path):
-    assert _problems(tmp_path, _spec("log(x)", "{x: [-1, 1]}")) == [
+    assert build_problems(tmp_path, _spec("log(x)", "{x: [-1, 1]}")) == [
         "f.yaml:5: domain: log(x) is not finite for x in [-1, 0]; set domain: {x: [0.1, 1]}"]
 
 
 def test_sqrt_on_the_default_domain_is_refused_on_the_expr_line(tmp_path):
-    (problem,) = _problems(tmp_path, _spec("sqrt(x)"))
+    (problem,) = build_problems(tmp_path, _spec("sqrt(x)"))
     assert problem.startswith("f.yaml:2: domain: sqrt(x) is not finite for x in [-2, 0]"), problem
     assert "the default is [-2, 2]" in problem and problem.endswith("set domain: {x: [0.1, 2]}")
 
 
 def test_an_infinite_derivative_at_an_end_is_refused_and_the_fix_is_named(tmp_path):
     """sqrt(x) on [0, 2] is finite, its derivative is not at 0."""
-    assert _problems(tmp_path, _spec("sqrt(x)", "{x: [0, 2]}")) == [
+    assert build_problems(tmp_path, _spec("sqrt(x)", "{x: [0, 2]}")) == [
         "f.yaml:5: domain: the 1st derivative of sqrt(x) is not finite at x = 0; set domain: {x: [0.1, 2]}"]
 
 
 def test_the_smallest_failing_part_and_the_failing_input_are_named(tmp_path):
     text = _spec("exp(x) * log(x*y) + z", "{x: [0.5, 2], y: [-1, 1], z: [0, 1]}", "[x, y, z]", order=3)
-    assert _problems(tmp_path, text) == [
+    assert build_problems(tmp_path, text) == [
         "f.yaml:5: domain: log(x*y) is not finite for y in [-1, 0]; set domain: {x: [0.5, 2], y: [0.2, 1], z: [0, 1]}"]
 
 
 def test_params_are_taken_at_their_defaults(tmp_path):
     """log(x - c) is fine on [0.5, 2] with c = 0.25, not with c = 1."""
-    assert _problems(tmp_path, _spec("log(x - c)", "{x: [0.5, 2]}", params="{c: 0.25}")) == []
-    (problem,) = _problems(tmp_path, _spec("log(x - c)", "{x: [0.5, 2]}", params="{c: 1}"))
+    assert build_problems(tmp_path, _spec("log(x - c)", "{x: [0.5, 2]}", params="{c: 0.25}")) == []
+    (problem,) = build_problems(tmp_path, _spec("log(x - c)", "{x: [0.5, 2]}", params="{c: 1}"))
     # 1 is not on the grid: the last failing grid point is named, then a domain that passes
     assert problem == "f.yaml:6: domain: log(-c + x) is not finite for x in [0.5, 0.998]; set domain: {x: [1.1, 2]}"
 
 
 def test_a_derivative_beyond_the_order_is_not_checked(tmp_path):
     """x**2.5 at 0: finite up to the 2nd derivative, the 3rd is infinite."""
-    assert _problems(tmp_path, _spec("x**2.5", "{x: [0, 1]}", order=2)) == []
-    (problem,) = _problems(tmp_path, _spec("x**2.5", "{x: [0, 1]}", order=3))
+    assert build_problems(tmp_path, _spec("x**2.5", "{x: [0, 1]}", order=2)) == []
+    (problem,) = build_problems(tmp_path, _spec("x**2.5", "{x: [0, 1]}", order=3))
     assert "the 3rd derivative of x**2.5 is not finite at x = 0" in problem, problem
 
 
@@ -113,7 +104,7 @@ def test_the_check_of_an_order_3_spec_of_three_inputs_is_fast(tmp_path):
 
 
 def test_failing_values_on_both_sides_are_named_as_two_ranges(tmp_path):
-    (problem,) = _problems(tmp_path, _spec("asin(x)"))
+    (problem,) = build_problems(tmp_path, _spec("asin(x)"))
     assert "asin(x) is not finite for x in [-2, -1] and [1, 2]" in problem, problem
     assert problem.endswith("set domain: {x: [-0.9, 0.9]}")
 
@@ -148,9 +139,9 @@ def test_a_spec_within_the_size_limit_is_not_refused_for_the_checks_own_derivati
 def test_a_float_overflow_on_the_way_to_a_finite_value_is_not_refused(tmp_path):
     """math.cosh(1000) overflows, but 1/cosh(x) and its derivatives there are 0, as torch computes
     them (1/inf); only a value that is itself past float64's range is refused."""
-    assert _problems(tmp_path, _spec("1/cosh(x)", "{x: [-1000, 1000]}")) == []
-    assert _problems(tmp_path, _spec("tanh(x*y)", "{x: [-1e300, 1e300]}", inputs="[x, y]")) == []
-    (problem,) = _problems(tmp_path, _spec("exp(x)", "{x: [0, 1000]}"))
+    assert build_problems(tmp_path, _spec("1/cosh(x)", "{x: [-1000, 1000]}")) == []
+    assert build_problems(tmp_path, _spec("tanh(x*y)", "{x: [-1e300, 1e300]}", inputs="[x, y]")) == []
+    (problem,) = build_problems(tmp_path, _spec("exp(x)", "{x: [0, 1000]}"))
     assert "domain: exp(x) is not finite for x in" in problem
 
 
@@ -160,7 +151,6 @@ def test_a_spec_with_no_finite_derivative_is_refused_before_auto_runs_its_candid
     returned as a gradient). The fuzz test found it; now the domain line says what is wrong."""
     from helpers import build_spec
 
-    from codegen.errors import SpecErrors
 
     with pytest.raises(SpecErrors) as raised:
         build_spec(tmp_path, name="zp", expr="0 ** x", inputs=["x"], order=2)
@@ -179,10 +169,10 @@ def test_a_suggested_domain_passes_the_check(tmp_path, expr, inputs):
     """Where the default domain fails, the message proposes a domain, also where two inputs each
     fail everywhere on part of their range (x <= 0 for log(x), y < 0 for sqrt(y)); built with
     it, the spec passes."""
-    (problem,) = _problems(tmp_path, _spec(expr, inputs=inputs))
+    (problem,) = build_problems(tmp_path, _spec(expr, inputs=inputs))
     assert "; set domain: {" in problem, problem
     suggested = problem.rsplit("set domain: ", 1)[1]
-    assert _problems(tmp_path, _spec(expr, suggested, inputs=inputs)) == [], suggested
+    assert build_problems(tmp_path, _spec(expr, suggested, inputs=inputs)) == [], suggested
 
 
 def test_scipy_functions_are_evaluated_by_scipy_as_the_generated_code_calls_them():
@@ -221,5 +211,5 @@ def test_evaluating_the_grid_is_not_counted_against_the_time_limit(tmp_path, mon
 def test_where_the_named_part_fails_is_said_not_where_the_whole_does(tmp_path):
     """log(x) + sqrt(y): every x fails somewhere (at y < 0), so the whole formula's failing set
     named x in [-2, 2]; log(x)'s own is x in [-2, 0]."""
-    (problem,) = _problems(tmp_path, _spec("log(x) + sqrt(y)", inputs="[x, y]"))
+    (problem,) = build_problems(tmp_path, _spec("log(x) + sqrt(y)", inputs="[x, y]"))
     assert "domain: log(x) is not finite for x in [-2, 0] (no domain is set" in problem, problem
