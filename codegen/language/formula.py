@@ -115,9 +115,8 @@ def oriented(relation: sympy.core.relational.Relational, first=None) -> tuple[sy
         (left side, operator, right side).
     """
     lhs, rhs = relation.lhs, relation.rhs
-    flip = _operations(rhs) > _operations(lhs)
-    if not flip and first is not None and _operations(rhs) == _operations(lhs):
-        flip = first(rhs) and not first(lhs)
+    left, right = _operations(lhs), _operations(rhs)
+    flip = right > left or (right == left and first is not None and first(rhs) and not first(lhs))
     if flip:
         return rhs, _FLIPPED[relation.rel_op], lhs
     return lhs, relation.rel_op, rhs

@@ -423,7 +423,6 @@ def _unguarded(spec) -> list[sympy.Expr]:
     return [external.bessel_powers(formula) for _, formula in spec_formulas(spec)]
 
 
-
 def reference_domain(reports: Sequence[Report], domain: dict) -> dict | None:
     """Where the generated tests compare with autograd through the composed expression: input ->
     the intervals inside its domain where that was a reference (``_as_reference``) at each of the
