@@ -92,11 +92,16 @@ def _power_ladder(block: Block, params, taken) -> Block:
     if not ladders:
         return block
     namer = Namer({*taken, *(name for name, _ in block.temporaries), *(r.name for r in block.results)})
-    symbols = {power: _symbol(namer.fresh(_describe(power))) for power, _, _ in ladders}
+    # A temporary that already holds a power of the ladder becomes its step, under its own name,
+    # rather than an alias of a fresh one (z_pow2 = z_pow2_1).
+    held = {value: _symbol(name) for name, value in block.temporaries}
+    symbols = {power: held.get(power) or _symbol(namer.fresh(_describe(power))) for power, _, _ in ladders}
     named = {**symbols, **{dummy: symbols[power] for power, dummy, _ in ladders}}
     # A step's arguments, not the step itself, are renamed: the step r**3 is the power r**3.
     definitions = {symbols[power]: step.func(*(a.xreplace(named) for a in step.args)) for power, _, step in ladders}
-    temporaries = [(_symbol(name), value.xreplace(symbols)) for name, value in block.temporaries]
+    temporaries = [
+        (_symbol(name), value.xreplace(symbols)) for name, value in block.temporaries if _symbol(name) not in definitions
+    ]
     results = tuple(replace(r, expr=r.expr.xreplace(symbols)) for r in block.results)
     ordered = _on_demand(temporaries, definitions, [r.expr for r in results])
     return Block(temporaries=tuple((str(s), v) for s, v in ordered), results=results)

@@ -96,6 +96,28 @@ def test_no_call_nests_more_than_two_deep_in_the_functions(nested):
     assert not deep
 
 
+def _aliases(code: str) -> list[str]:
+    """Statements ``a = b`` in a function where ``b`` is a value the function computed itself."""
+    found = []
+    for function in ast.walk(ast.parse(code)):
+        if isinstance(function, ast.FunctionDef):
+            computed: set[str] = set()
+            for node in ast.walk(function):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in computed:
+                    found.append(ast.unparse(node))
+                computed |= {t.id for t in getattr(node, "targets", ()) if isinstance(t, ast.Name)}
+    return found
+
+
+def test_no_temporary_is_an_alias_of_another():
+    """A temporary holding a power a ladder also builds (z**2 under z**4) is that ladder step, not
+    ``z_pow2 = z_pow2_1`` beside a fresh z_pow2_1."""
+    specs = [ROOT / "specs" / f"{name}.yaml" for name in ("cartesian_to_spherical", "lennard_jones", "soft_unit_step")]
+    generated = pipeline.generate(specs, root=ROOT)
+    modules = {rel: text for rel, text in generated.items() if rel.endswith(".py") and not rel.startswith("tests/")}
+    assert not {rel: found for rel, text in modules.items() if (found := _aliases(text))}
+
+
 def test_a_name_is_always_a_python_name():
     namer = Namer({"x"})
     assert [namer.fresh("9_minus_x"), namer.fresh("in"), namer.fresh("x")] == ["v_9_minus_x", "v_in", "x_1"]
