@@ -34,6 +34,8 @@ def _planned(spec: Spec, rewrite: bool, check_domain: bool):
     report = accurate.reports.get(plan.strategy)
     if rewrite and _over_in_tanhs_tails(plan, report):
         plan, report = _with_exact_tails(spec, guarded, shown, plan, report)
+    elif rewrite:
+        plan, report = _cheaper_where_accurate(spec, guarded, shown, plan, report)
     if not checked:
         from ..derive import domain
 
@@ -123,6 +125,34 @@ def _with_exact_tails(spec: Spec, guarded, shown, plan, report):
     note = (f"tanh's derivative written with sigmoids, exact in its tails: with 1 - tanh(u)**2 the plan lost "
             f"{worst.max_excess:.0f} bits at order {worst.order} in {worst.dtype} on the domain")
     return replace(exact, reason=f"{exact.reason}; {note}", notes=(*exact.notes, note)), exact_report
+
+
+# The note of a plan written with ``rewrite.stabilize_cheaply`` (``_cheaper_where_accurate``).
+CHEAPER_FORMULAS = ("1 - sigmoid(u) and c + c*tanh(u) left as written (one kernel each, not another sigmoid): "
+                    "within the accuracy bound on the domain at every order")
+
+
+def _cheaper_where_accurate(spec: Spec, guarded, shown, plan, report):
+    """The plan without the accuracy-only rewrites (``rewrite.ACCURACY_ONLY``: sigmoid(-u) for
+    1 - sigmoid(u), ...) where it is within the accuracy bound at every order and estimated
+    cheaper, else ``plan``: their extra kernels are paid only where the domain needs them. A spec
+    with external functions has no exact values to measure, and keeps ``plan``."""
+    from dataclasses import replace
+
+    from ..derive.rewrite import ACCURACY_ONLY_WRITES, stabilize_cheaply
+    from ..plan import estimated_cost, make_plan
+
+    values = [value for function in plan.functions for block in function.blocks for value in block.values]
+    if spec.externs or not any(value.has(*ACCURACY_ONLY_WRITES) for value in values):
+        return plan, report
+    accurate = AccuracyBound(spec)
+    cheap = make_plan(spec, guarded, stabilize_cheaply, accept=_criteria(accurate), shown=shown)
+    if cheap.functions == plan.functions or estimated_cost(cheap) >= estimated_cost(plan):
+        return plan, report
+    if accurate.refusal(cheap) is not None:
+        return plan, report
+    note = CHEAPER_FORMULAS
+    return replace(cheap, reason=f"{cheap.reason}; {note}", notes=(*cheap.notes, note)), accurate.reports[cheap.strategy]
 
 
 class AccuracyBound:

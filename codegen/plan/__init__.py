@@ -14,11 +14,12 @@ from .strategy import (
     auto_candidates,
     by_cotangents,
     choose_strategy,
+    estimated_cost,
     make_plan,
 )
 
 __all__ = [
     "AUTO_CANDIDATES", "COMPILE_SUFFIX", "LOCALS", "MAX_NAME", "NESTED_AUTO_CANDIDATES", "Block", "FunctionPlan",
-    "ModulePlan", "Namer", "Result", "auto_candidates", "by_cotangents", "choose_strategy", "make_plan",
+    "ModulePlan", "Namer", "Result", "auto_candidates", "by_cotangents", "choose_strategy", "estimated_cost", "make_plan",
     "temporary_names",
 ]

@@ -285,6 +285,13 @@ def _costs(spec: Spec, candidates: dict[str, tuple[FunctionPlan, ...]]) -> dict[
     return {s: _estimate(spec, s, functions, scalars) for s, functions in candidates.items()}
 
 
+def estimated_cost(plan: ModulePlan) -> float:
+    """The estimated W3 work of ``plan`` as ``choose_strategy`` costs its strategy (tensor-product
+    times): what two plans of one spec, written with different rewrites, are compared by."""
+    scalars = frozenset(_symbols(plan.spec.param_names))
+    return _estimate(plan.spec, plan.strategy, plan.functions, scalars)
+
+
 def _estimate(spec: Spec, strategy: str, functions, scalars) -> float:
     if spec.fuse:
         return cost.fused_second_order_cost(functions, scalars)

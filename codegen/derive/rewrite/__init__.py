@@ -254,7 +254,18 @@ def factored(expr: sympy.Expr) -> sympy.Expr:
     return sympy.factor_terms(expr)
 
 
-@functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
+# Rules that buy accuracy only, with a transcendental kernel more than the plain form: sigmoid(-u)
+# for 1 - sigmoid(u) (exact where sigmoid(u) rounds to 1), 2*c*sigmoid(2*u) for c + c*tanh(u)
+# (exact where tanh(u) rounds to -1). The plain forms are never NaN; they lose bits in a tail. A
+# build leaves these rules out where the formulas keep the accuracy bound on the spec's domain
+# without them and cost less (build/planning.py). sigmoid_difference stays: its cancellation is at
+# u = 0, inside most domains.
+ACCURACY_ONLY = ("one_minus_sigmoid", "tanh_complement")
+# What the accuracy-only rules write: a formula without these holds nothing they could have changed.
+ACCURACY_ONLY_WRITES = (sigmoid, sympy.tanh)
+CHEAP_RULES = tuple((name, rule) for name, rule in RULES if name not in ACCURACY_ONLY)
+
+
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """``expr`` with every rule applied, bottom-up, until nothing changes, also in the factored
     form that the planner prints (``plan.blocks._block`` factors each formula before CSE).
@@ -263,19 +274,29 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
     printed as s*(1 - s), which cancels near s = 1 unless rewritten to s*sigmoid(-u). So a formula
     is stable only if its factored form is a fixed point too.
     """
+    return _stabilized(expr, RULES)
+
+
+def stabilize_cheaply(expr: sympy.Expr) -> sympy.Expr:
+    """``stabilize`` without the ``ACCURACY_ONLY`` rules: every NaN and overflow still rewritten
+    away, 1 - sigmoid(u) left as written (one kernel on a saved sigmoid, not another sigmoid)."""
+    return _stabilized(expr, CHEAP_RULES)
+
+
+@functools.lru_cache(maxsize=4096)  # pure; nested levels stabilise each formula where derived and where printed
+def _stabilized(expr: sympy.Expr, rules) -> sympy.Expr:
     for _ in range(MAX_PASSES):
-        expr = _apply_rules(expr)
+        expr = _apply_rules(expr, rules)
         factored_form = factored(expr)
         if factored_form == expr:
             break
-        rewritten = _apply_rules(factored_form)
+        rewritten = _apply_rules(factored_form, rules)
         if rewritten == factored_form:
             break
         expr = rewritten
     return expr
 
 
-@functools.lru_cache(maxsize=4096)
 def stabilize_tails(expr: sympy.Expr) -> sympy.Expr:
     """``stabilize``, with tanh's derivative exact in its tails: ``Sech2(tanh(u))`` (printed
     ``1 - y**2`` or torch's ``tanh_backward``, as autograd computes it) as
@@ -298,11 +319,11 @@ def _sigmoid_sech2(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(lambda e: isinstance(e, Sech2) and isinstance(e.args[0], sympy.tanh), sigmoids)
 
 
-def _apply_rules(expr: sympy.Expr) -> sympy.Expr:
+def _apply_rules(expr: sympy.Expr, rules) -> sympy.Expr:
     for _ in range(MAX_PASSES):
         before = expr
         found = kinds(expr)
-        for name, rule in RULES:
+        for name, rule in rules:
             if may_match(name, found):
                 rewritten = optimize(expr, [rule])
                 if rewritten != expr:
@@ -319,6 +340,8 @@ def identity(expr: sympy.Expr) -> sympy.Expr:
 
 
 __all__ = [
+    "ACCURACY_ONLY",
+    "ACCURACY_ONLY_WRITES",
     "RULES",
     "Erfcx",
     "LogCoshNear",
@@ -336,5 +359,6 @@ __all__ = [
     "logaddexp",
     "smooth_norms",
     "stabilize",
+    "stabilize_cheaply",
     "stabilize_tails",
 ]

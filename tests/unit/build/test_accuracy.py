@@ -24,9 +24,13 @@ from helpers import build_spec, import_path, run_dbgen
 from codegen.build import accuracy, pipeline
 
 ROOT = Path(__file__).resolve().parents[3]
+from codegen.build import planning
 from codegen.build.pipeline import load_specs, plan_spec
+from codegen.build.planning import CHEAPER_FORMULAS
+from codegen.derive.rewrite import stabilize, stabilize_cheaply
 from codegen.emit.render import render_module
 from codegen.language.functions import sigmoid
+from codegen.plan import estimated_cost, make_plan
 
 
 def _spec_file(tmp_path, **spec):
@@ -335,6 +339,36 @@ def test_log_cosh_is_exact_in_tanhs_tails_where_its_domain_reaches_them(tmp_path
                  domain={"x": [-2, 2]})
     values = [v for f in near.functions for b in (f.forward, f.backward, f.jvp) if b is not None for v in b.values]
     assert "sigmoids" not in near.reason and not any(v.has(sigmoid) for v in values), near.reason
+
+
+def _holds(plan, value) -> bool:
+    blocks = (b for f in plan.functions for b in (f.forward, f.backward, f.jvp) if b is not None)
+    return any(v.has(value) for b in blocks for v in b.values)
+
+
+def test_silus_sigmoid_complement_costs_another_sigmoid_only_where_the_domain_reaches_its_tail(tmp_path):
+    """planning._cheaper_where_accurate, on x*sigmoid(x) to order 3. On [-40, 40] 1 - sigmoid(x)
+    rounds to 0 where the derivatives are not: written as it stands it is over the bound, so the
+    build keeps sigmoid(-x), a second sigmoid per level. On the default domain, [-2, 2], it stays
+    1 - sigmoid(x) on the sigmoid the level already has: within the bound, and estimated cheaper
+    (a PINN step with it: 345 kernel ops where the sigmoids took 380)."""
+    x = sympy.Symbol("x", real=True)
+    spec = {"name": "silu", "expr": "x * sigmoid(x)", "inputs": ["x"], "order": 3}
+    wide = _plan(tmp_path, **spec, domain={"x": [-40, 40]})
+    assert CHEAPER_FORMULAS not in wide.notes and _holds(wide, sigmoid(-x)), wide.reason
+    assert not accuracy.measure(wide, 64).over_bound()
+    assert accuracy.measure(_planned_with(stabilize_cheaply, wide), 64).over_bound()
+    (tmp_path / "near").mkdir()
+    near = _plan(tmp_path / "near", **spec)
+    assert CHEAPER_FORMULAS in near.notes and not _holds(near, sigmoid(-x)), near.reason
+    assert not accuracy.measure(near, 64).over_bound()
+    assert estimated_cost(near) < estimated_cost(_planned_with(stabilize, near))
+
+
+def _planned_with(stable, plan):
+    """``plan``'s spec and strategy, its formulas rewritten by ``stable``."""
+    spec = dataclasses.replace(plan.spec, strategy=plan.strategy)
+    return make_plan(spec, tuple(f.planned for f in planning._guarded_formulas(spec)), stable)
 
 
 def test_the_build_measures_enough_points_to_warn_of_a_loss_beside_a_series_branch(tmp_path):

