@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 from pathlib import Path
 
@@ -30,6 +31,21 @@ def test_checked_in_generated_code_passes_ruff_check_and_format():
     for args in (("check",), ("format", "--check")):
         result = _ruff(*args, cwd=ROOT / "generated")
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_exact_value_of_a_generated_test_is_one_line_where_it_fits():
+    """The tests' table of exact values (dtype, point, output, partial, value, bits) is data: a row
+    a line, as its comment says, not a tuple spread over nine (ruff expands a tuple that ends in a
+    comma; 15,710 lines of generated tests were 6,519 once the rows stopped ending in one)."""
+    spread = []
+    for path in sorted((ROOT / "generated" / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "exact":
+                rows = node.value.elts
+                assert rows, path.name
+                spread += [f"{path.name}:{row.lineno}" for row in rows
+                           if row.end_lineno > row.lineno and len(ast.unparse(row)) + len("        ,") <= 88]
+    assert not spread
 
 
 EXAMPLES = sorted(path.stem for path in (ROOT / "specs").glob("*.yaml"))
