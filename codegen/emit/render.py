@@ -5,6 +5,7 @@ the special and external functions it calls (Jinja templates for layout, ruff fo
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 from ..language import external, special
@@ -188,7 +189,21 @@ def _runtime_source(names: set[str]) -> str:
     missing = names - {name for name, _ in blocks}
     if missing:
         raise ValueError(f"templates/runtime.py defines no {', '.join(sorted(missing))}")
+    names = _with_callees(names, dict(blocks))
     return "\n\n\n".join(text for name, text in blocks if name in names)
+
+
+def _with_callees(names: set[str], blocks: dict[str, str]) -> set[str]:
+    """``names`` and every runtime function their source calls, transitively (``_fused`` calls
+    ``_thin_call``, which calls ``_standalone_kernel``)."""
+    names, todo = set(names), list(names)
+    while todo:
+        text = blocks[todo.pop()]
+        for callee in blocks.keys() - names:
+            if re.search(rf"\b{callee}\(", text):
+                names.add(callee)
+                todo.append(callee)
+    return names
 
 
 @functools.lru_cache(maxsize=1)

@@ -120,3 +120,12 @@ def test_a_training_step_runs_no_more_kernel_ops_than_autograd_through_the_formu
     case = workloads.WORKLOADS[workload](name, 27 if workload == "force" else 40, torch.float32)
     counts = {label: sum(step_ops(lambda fn=fn: case.step(fn)).values()) for label, fn in family.variants.items()}
     assert counts[functions.DBGEN] <= counts[functions.COMPOSED], counts
+
+
+def test_fused_calls_times_a_w3_of_a_function():
+    """tools/fused_calls.py (the fused guide's table): a W3 of sin takes some microseconds, and more
+    on more elements."""
+    from tools.fused_calls import w3_time
+
+    small, large = w3_time(torch.sin, 256), w3_time(torch.sin, 2**16)
+    assert 0 < small < large

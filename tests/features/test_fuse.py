@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import pytest
@@ -32,7 +33,60 @@ def test_fused_kernels_compile_and_match_eager(fused):
     _module, tests = fused
     torch._dynamo.utils.counters.clear()
     tests.test_fused_levels_give_eager_numbers_in_float32()
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
+    assert torch._dynamo.utils.counters["aot_autograd"]["total"] >= 1, "nothing was compiled"
+
+
+def _kernel(module):
+    return next(getattr(module, name) for name in vars(module) if name.endswith("_forward") and name.startswith("_"))
+
+
+def test_a_cpu_kernel_is_compiled_once_and_called_without_dynamo(fused):
+    """runtime._thin_call: on CPU the level's kernel is inductor's, compiled once for flat tensors
+    of any length and called directly (5 us a call at 256 elements, where torch.compile's guards
+    took 15): no Dynamo graph, one compilation for every size and shape, eager's numbers."""
+    module, _ = fused
+    kernel = _kernel(module)
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        for shape in ((256,), (4096,), (3, 5), (2, 3, 7)):
+            args = [sample(shape, -2, 2, seed=i, dtype=torch.float32) for i in range(_arity(kernel))]
+            for got, want in zip(_flat(kernel(*args)), _flat(kernel.__wrapped__(*args))):
+                torch.testing.assert_close(got, want)
+    counters = torch._dynamo.utils.counters
+    assert counters["aot_autograd"]["total"] == 1 and counters["stats"]["unique_graphs"] == 0, dict(counters)
+
+
+@pytest.mark.parametrize("case", ["expanded", "expanded 2-d", "one element", "no standalone_compile"])
+def test_where_the_direct_kernel_does_not_apply_torch_compile_runs(fused, monkeypatch, case):
+    """An expanded input (a cotangent of .sum(), stride 0) is copied into order and still takes
+    the direct kernel; one element (a size the compiler specializes on) runs eagerly; a torch
+    without standalone_compile takes torch.compile's path: the same numbers every way."""
+    module, _ = fused
+    kernel = max((getattr(module, name) for name in vars(module) if name.endswith("_forward") and name.startswith("_")),
+                 key=_arity)  # the kernel of the most inputs: a level after the first
+    if case == "no standalone_compile":
+        monkeypatch.delattr(importlib.import_module("torch._inductor"), "standalone_compile")
+    shape = {"one element": (1,), "expanded 2-d": (8, 8)}.get(case, (64,))
+    args = [sample(shape, -2, 2, seed=i, dtype=torch.float32) for i in range(_arity(kernel))]
+    if case.startswith("expanded"):
+        args[0] = args[0].reshape(-1)[:1].reshape((1,) * len(shape)).expand(shape)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        for got, want in zip(_flat(kernel(*args)), _flat(kernel.__wrapped__(*args))):
+            torch.testing.assert_close(got, want)
+    dynamo_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert dynamo_graphs >= 1 if case == "no standalone_compile" else dynamo_graphs == 0
+
+
+def _arity(kernel) -> int:
+    import inspect
+
+    return len(inspect.signature(kernel.__wrapped__).parameters)
+
+
+def _flat(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
 
 
 def test_a_failing_compiler_falls_back_to_eager_with_one_warning(fused, monkeypatch):
@@ -43,7 +97,11 @@ def test_a_failing_compiler_falls_back_to_eager_with_one_warning(fused, monkeypa
             raise RuntimeError("no C++ compiler")
         return run
 
+    def broken_standalone(graph, example, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
     monkeypatch.setattr(torch, "compile", broken_compile)
+    monkeypatch.setattr(importlib.import_module("torch._inductor"), "standalone_compile", broken_standalone)
     x = sample((5,), -2, 2, seed=1, dtype=torch.float32)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -84,3 +142,26 @@ def test_a_param_bound_of_a_guard_is_not_specialized_by_the_compiler(tmp_path):
             actual = derivative_chain(lambda r, rc=rc: module.cut(r, rc=rc), [r], 2, seed=4)
             for a, e in zip([actual[0], *actual[1], *actual[2]], [expected[0], *expected[1], *expected[2]]):
                 torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_of_one_or_two_ops_runs_eagerly_below_4096_elements(tmp_path):
+    """functions._eager_below: silu's forward (sigmoid, a product) is not worth a kernel call at
+    256 elements (7.1 us fused, 2.7 eager) and is at 65,536 (29 and 32): it runs eagerly below
+    SMALL_KERNEL_SIZE elements and fused from there; a level of more ops is fused at every size."""
+    from helpers import build_spec
+
+    from codegen.emit.functions import SMALL_KERNEL_SIZE
+
+    module = build_spec(tmp_path, name="silu_fused", expr="x*sigmoid(x)", inputs=["x"], order=2, strategy="nested",
+                        fuse=True)
+    source = (tmp_path / "out" / "silu_fused.py").read_text()
+    assert f"@_fused(eager_below={SMALL_KERNEL_SIZE})\ndef _silu_fused_forward(" in source
+    assert "@_fused\ndef _silu_fused_level1_forward(" in source
+    counters = torch._dynamo.utils.counters
+    with torch.no_grad():
+        for size, compiled in ((SMALL_KERNEL_SIZE - 1, 0), (SMALL_KERNEL_SIZE, 1)):
+            counters.clear()
+            x = sample((size,), -2, 2, seed=5, dtype=torch.float32)
+            out, _sigmoid_x = module._silu_fused_forward(x)
+            torch.testing.assert_close(out, x * torch.sigmoid(x))
+            assert counters["aot_autograd"]["total"] == compiled, (size, dict(counters))

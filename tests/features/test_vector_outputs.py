@@ -192,4 +192,4 @@ def test_a_fused_vector_spec_compiles_and_gives_eager_numbers(tmp_path, strategy
     build_spec(tmp_path, **{**SPEC, "order": 2, "fuse": True}, strategy=strategy)
     tests = import_path(tmp_path / "out" / "tests" / "test_polar_mix.py")
     tests.test_fused_levels_give_eager_numbers_in_float32()
-    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1, "nothing was compiled"
+    assert torch._dynamo.utils.counters["aot_autograd"]["total"] >= 1, "nothing was compiled"

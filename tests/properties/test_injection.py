@@ -11,6 +11,7 @@ text, header line, signature default, PARAMS/DOMAIN literals); and the module im
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import math
 import os
@@ -423,7 +424,11 @@ def test_a_fused_module_still_falls_back_to_eager(tmp_path, monkeypatch, name):
             raise RuntimeError("no C++ compiler")
         return run
 
+    def failing_standalone(graph, example, **kwargs):
+        raise RuntimeError("no C++ compiler")
+
     monkeypatch.setattr(torch, "compile", failing_compile)
+    monkeypatch.setattr(importlib.import_module("torch._inductor"), "standalone_compile", failing_standalone)
     x, y = sample((3, 4), -1, 1, seed=1).detach(), sample((4,), -1, 1, seed=2).detach()
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
