@@ -361,11 +361,13 @@ def _standalone_kernel(function, args):
         from torch.fx.experimental.proxy_tensor import make_fx
     except ImportError:
         return None
-    numbers = [None if isinstance(arg, torch.Tensor) else arg for arg in args]
+    slots = [i for i, arg in enumerate(args) if isinstance(arg, torch.Tensor)]
 
     def with_numbers(*tensors):
-        filled = iter(tensors)
-        return function(*(next(filled) if arg is None else arg for arg in numbers))
+        filled = list(args)
+        for slot, tensor in zip(slots, tensors):
+            filled[slot] = tensor
+        return function(*filled)
 
     flat = [arg.reshape(-1).contiguous() for arg in args if isinstance(arg, torch.Tensor)]
     try:

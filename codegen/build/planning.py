@@ -151,8 +151,8 @@ def _cheaper_where_accurate(spec: Spec, guarded, shown, plan, report):
         return plan, report
     if accurate.refusal(cheap) is not None:
         return plan, report
-    note = CHEAPER_FORMULAS
-    return replace(cheap, reason=f"{cheap.reason}; {note}", notes=(*cheap.notes, note)), accurate.reports[cheap.strategy]
+    written = replace(cheap, reason=f"{cheap.reason}; {CHEAPER_FORMULAS}", notes=(*cheap.notes, CHEAPER_FORMULAS))
+    return written, accurate.reports[cheap.strategy]
 
 
 class AccuracyBound:
