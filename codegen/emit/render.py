@@ -12,15 +12,13 @@ from ..language import external, special
 from ..plan import ModulePlan
 from ..provenance import header
 from ..spec import DEFAULT_LINE_LENGTH
+from .docstring import _derivative_lines, _formula, _summary
 from .functions import (
     _argument_checks,
     _compile_choice,
-    _derivative_lines,
     _documented_arguments,
-    _formula,
     _function_view,
     _helpers_used,
-    _summary,
     _typed_signature,
     _unpack,
 )
