@@ -270,6 +270,10 @@ def _broadcast_all(value, *tensors):
 # torch.compile 14.8, eager 14.2). A level keeps one such kernel per dtype and params'
 # values, up to _THIN_KERNELS.
 _THIN_KERNELS = 8
+# A dispatch mode (FakeTensor under torch.export, an op counter) must see the ops, which
+# a compiled kernel would run unseen; a torch without this query counts as having one.
+_DISPATCH_MODES = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 1)
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def _fused(function=None, *, eager_below=0):
@@ -319,14 +323,15 @@ def _thin_call(function, kernels, args, eager_below):
     numbers (`kernels`, by that key), on their elements as one flat tensor, or
     `function` itself below `eager_below` elements (and at 0 or 1, sizes the compiler
     specializes on); None where neither applies (not CPU, tensors of several shapes or
-    dtypes, too many keys) or the compiler failed: torch.compile's path runs then.
+    dtypes, a tensor subclass, a dispatch mode, too many keys) or the compiler failed:
+    torch.compile's path runs then.
     Written for speed: it runs on every call, where microseconds count.
     """
     tensors, numbers = [], []
     for arg in args:
         (tensors if isinstance(arg, torch.Tensor) else numbers).append(arg)
     shape, dtype = tensors[0].shape, tensors[0].dtype
-    if not tensors[0].is_cpu:
+    if not tensors[0].is_cpu or _DISPATCH_MODES():
         return None
     if tensors[0].numel() < max(eager_below, 2):
         return function(*args)
@@ -334,6 +339,8 @@ def _thin_call(function, kernels, args, eager_below):
     for tensor in tensors:
         if tensor.shape != shape or tensor.dtype != dtype:
             return None
+        if type(tensor) not in _PLAIN_TENSORS:
+            return None  # a subclass has its own dispatch, which a kernel would skip
         if not tensor.is_contiguous():
             tensor = tensor.contiguous()  # an expanded input: the kernel reads in order
         flat.append(tensor if len(shape) == 1 else tensor.view(-1))

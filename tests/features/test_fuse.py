@@ -165,3 +165,23 @@ def test_a_kernel_of_one_or_two_ops_runs_eagerly_below_4096_elements(tmp_path):
             out, _sigmoid_x = module._silu_fused_forward(x)
             torch.testing.assert_close(out, x * torch.sigmoid(x))
             assert counters["aot_autograd"]["total"] == compiled, (size, dict(counters))
+
+
+def test_under_a_dispatch_mode_a_fused_level_runs_op_by_op(fused):
+    """A dispatch mode must see the ops, which a compiled kernel runs unseen: an op counter counts
+    them, and fake tensors (torch.export's tracing) pass through with their shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from codegen.tools.bench import OpCounter
+
+    module, _ = fused
+    kernel = _kernel(module)
+    args = [sample((4096,), -2, 2, seed=i, dtype=torch.float32) for i in range(_arity(kernel))]
+    with torch.no_grad():
+        kernel(*args)  # compiled outside the mode
+        with OpCounter() as counter:
+            kernel(*args)
+        assert counter.count > 0
+        with FakeTensorMode() as fake:
+            out = _flat(kernel(*(fake.from_tensor(arg) for arg in args)))
+    assert all(tensor.shape == (4096,) for tensor in out)
