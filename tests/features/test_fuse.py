@@ -185,3 +185,19 @@ def test_under_a_dispatch_mode_a_fused_level_runs_op_by_op(fused):
         with FakeTensorMode() as fake:
             out = _flat(kernel(*(fake.from_tensor(arg) for arg in args)))
     assert all(tensor.shape == (4096,) for tensor in out)
+
+
+def test_a_torch_without_the_dispatch_mode_query_takes_torch_compiles_path(fused, monkeypatch):
+    """runtime._DISPATCH_MODES reads torch._C._len_torch_dispatch_stack through getattr; a torch
+    without it counts as always under a mode: every level takes torch.compile's path, with the
+    same numbers."""
+    module, _ = fused
+    monkeypatch.setattr(module, "_DISPATCH_MODES", lambda: 1)  # the getattr's default
+    kernel = _kernel(module)
+    args = [sample((4096,), -2, 2, seed=i, dtype=torch.float32) for i in range(_arity(kernel))]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch.no_grad():
+        for got, want in zip(_flat(kernel(*args)), _flat(kernel.__wrapped__(*args))):
+            torch.testing.assert_close(got, want)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1
