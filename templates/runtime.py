@@ -335,15 +335,9 @@ def _thin_call(function, kernels, args, eager_below):
         return None
     if tensors[0].numel() < max(eager_below, 2):
         return function(*args)
-    flat = []
-    for tensor in tensors:
-        if tensor.shape != shape or tensor.dtype != dtype:
-            return None
-        if type(tensor) not in _PLAIN_TENSORS:
-            return None  # a subclass has its own dispatch, which a kernel would skip
-        if not tensor.is_contiguous():
-            tensor = tensor.contiguous()  # an expanded input: the kernel reads in order
-        flat.append(tensor if len(shape) == 1 else tensor.view(-1))
+    flat = _flat_tensors(tensors, shape, dtype)
+    if flat is None:
+        return None
     key = (dtype, *numbers)
     kernel = kernels.get(key, False)
     if kernel is False:
@@ -358,6 +352,21 @@ def _thin_call(function, kernels, args, eager_below):
     if isinstance(out, torch.Tensor):
         return out.view(shape)
     return tuple([tensor.view(shape) for tensor in out])
+
+
+def _flat_tensors(tensors, shape, dtype):
+    """`tensors` as contiguous 1-d tensors, or None where one differs from `shape` or
+    `dtype` or is a subclass (its own dispatch, which a kernel would skip)."""
+    flat = []
+    for tensor in tensors:
+        if tensor.shape != shape or tensor.dtype != dtype:
+            return None
+        if type(tensor) not in _PLAIN_TENSORS:
+            return None
+        if not tensor.is_contiguous():
+            tensor = tensor.contiguous()  # an expanded input: the kernel reads in order
+        flat.append(tensor if len(shape) == 1 else tensor.view(-1))
+    return flat
 
 
 def _standalone_kernel(function, args):
