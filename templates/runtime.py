@@ -343,7 +343,7 @@ def _thin_call(function, kernels, args, eager_below):
     if kernel is False:
         if len(kernels) >= _THIN_KERNELS:
             return None
-        kernel = kernels[key] = _standalone_kernel(function, args)
+        kernel = kernels[key] = _standalone_kernel(function, args, flat)
     if kernel is None:
         return None
     out = kernel(*flat)
@@ -369,9 +369,10 @@ def _flat_tensors(tensors, shape, dtype):
     return flat
 
 
-def _standalone_kernel(function, args):
-    """`function` compiled by inductor for flat tensors of any length, with `args`'
-    numbers fixed; None where this torch has no standalone_compile or it fails."""
+def _standalone_kernel(function, args, flat):
+    """`function` compiled by inductor for flat tensors of any length (`flat`: `args`'
+    tensors flattened), with `args`' numbers fixed; None where this torch has no
+    standalone_compile or it fails."""
     try:
         from torch._inductor import standalone_compile
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -385,7 +386,6 @@ def _standalone_kernel(function, args):
             filled[slot] = tensor
         return function(*filled)
 
-    flat = [arg.reshape(-1).contiguous() for arg in args if isinstance(arg, torch.Tensor)]
     try:
         graph = make_fx(with_numbers, tracing_mode="symbolic")(*flat)
         return standalone_compile(graph, flat, dynamic_shapes="from_graph")

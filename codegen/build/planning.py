@@ -103,8 +103,12 @@ def _over_in_tanhs_tails(plan, report) -> bool:
 
     if report is None or not report.over_bound():
         return False
-    values = (value for function in plan.functions for block in function.blocks for value in block.values)
-    return any(value.has(sympy.tanh, Sech2) for value in values)
+    return any(value.has(sympy.tanh, Sech2) for value in _formulas(plan))
+
+
+def _formulas(plan):
+    """Every formula ``plan``'s Functions compute, block by block."""
+    return (value for function in plan.functions for block in function.blocks for value in block.values)
 
 
 def _with_exact_tails(spec: Spec, guarded, shown, plan, report):
@@ -142,8 +146,7 @@ def _cheaper_where_accurate(spec: Spec, guarded, shown, plan, report):
     from ..derive.rewrite import ACCURACY_ONLY_WRITES, stabilize_cheaply
     from ..plan import estimated_cost, make_plan
 
-    values = [value for function in plan.functions for block in function.blocks for value in block.values]
-    if spec.externs or not any(value.has(*ACCURACY_ONLY_WRITES) for value in values):
+    if spec.externs or not any(value.has(*ACCURACY_ONLY_WRITES) for value in _formulas(plan)):
         return plan, report
     accurate = AccuracyBound(spec)
     cheap = make_plan(spec, guarded, stabilize_cheaply, accept=_criteria(accurate), shown=shown)

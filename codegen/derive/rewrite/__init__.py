@@ -297,6 +297,7 @@ def _stabilized(expr: sympy.Expr, rules) -> sympy.Expr:
     return expr
 
 
+@functools.lru_cache(maxsize=4096)
 def stabilize_tails(expr: sympy.Expr) -> sympy.Expr:
     """``stabilize``, with tanh's derivative exact in its tails: ``Sech2(tanh(u))`` (printed
     ``1 - y**2`` or torch's ``tanh_backward``, as autograd computes it) as
