@@ -21,11 +21,14 @@ sends 0 to the untaken side. A condition on params alone selects a branch in Pyt
 printed ``value * (x > 0)``: the value is finite where it is not taken, so the product is the
 choice, and a product with a mask costs about a quarter of ``torch.where`` on CPU, whose kernel
 branches per element (8.3 products on a random mask, 1.2 on a sorted one; ``tools/op_weights.py``).
+A product of such a mask (or of a choice with a branch of 0) and a factor that overflows at moderate
+arguments stays a choice (``_zero_where_chosen``): 0 * inf would be NaN where the truth is 0.
 """
 
 from __future__ import annotations
 
 import sympy
+from sympy.codegen import cfunctions
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import Boolean
 from sympy.printing.precedence import PRECEDENCE
@@ -128,7 +131,43 @@ def mask(expr: sympy.Expr, inputs) -> sympy.Expr:
     polynomial, may overflow where it is not taken (x**8 at x = 1e5 in float32): 0 * inf is NaN,
     so it stays a ``torch.where``.
     """
-    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), lambda e: _masked(e, frozenset(inputs)))
+    inputs = frozenset(inputs)
+    masked = expr.replace(lambda e: isinstance(e, sympy.Piecewise), lambda e: _masked(e, inputs))
+    return masked.replace(lambda e: e.is_Mul and _zero_somewhere(e, inputs) is not None,
+                          lambda e: _zero_where_chosen(e, inputs))
+
+
+def _zero_somewhere(product: sympy.Mul, inputs):
+    """A factor of ``product`` that is 0 where a condition on the inputs holds (a mask, a choice
+    with a branch of 0), when another factor may overflow there; else None."""
+    if not any(_grows(f, inputs) for f in product.args):
+        return None
+    return next((f for f in product.args if isinstance(f, Masked)
+                 or (isinstance(f, sympy.Piecewise) and any(arg.expr == 0 for arg in f.args)
+                     and f.free_symbols & inputs)), None)
+
+
+def _zero_where_chosen(product: sympy.Mul, inputs) -> sympy.Expr:
+    """``product`` of a factor that is 0 where a condition holds and factors that may overflow there
+    (``exp(y)`` beside ``clamp(x, -1, 1)``'s derivative): 0 chosen there, so that 0 * inf is not
+    NaN where the truth (and autograd's ``where``) is 0; the other factors stay a product."""
+    zero = _zero_somewhere(product, inputs)
+    growing = sympy.Mul(*(f for f in product.args if f is not zero and _grows(f, inputs)))
+    kept = sympy.Mul(*(f for f in product.args if f is not zero and not _grows(f, inputs)))
+    if isinstance(zero, Masked):
+        value, taken = zero.args
+        return kept * sympy.Piecewise((value * growing, taken), (0, True))
+    pieces = [(arg.expr, arg.cond) for arg in zero.args]
+    zero_where = sympy.Or(*(taken for (value, _), taken in zip(pieces, taken_conditions(pieces)) if value == 0))
+    rest = sympy.Piecewise(*((value, cond) for value, cond in pieces if value != 0), (0, True))
+    return kept * sympy.Piecewise((0, zero_where), (growing * rest, True))
+
+
+def _grows(factor: sympy.Expr, inputs) -> bool:
+    """Whether ``factor`` holds a function of the inputs that overflows at moderate arguments
+    (exp(89) in float32), outside the guards that keep a branch's inputs at a safe point."""
+    return any(isinstance(node, _GROWING) and node.free_symbols & inputs and not node.has(Guard)
+               for node in sympy.preorder_traversal(factor))
 
 
 def _masked(piecewise: sympy.Piecewise, inputs) -> sympy.Expr:
@@ -143,6 +182,10 @@ def _masked(piecewise: sympy.Piecewise, inputs) -> sympy.Expr:
     if not own_guards or value.xreplace(own_guards).free_symbols & inputs:
         return piecewise
     return Masked(value, taken)
+
+
+# Functions that overflow at moderate arguments: a product of a mask with them may be 0 * inf
+_GROWING = (sympy.exp, sympy.cosh, sympy.sinh, sympy.gamma, cfunctions.expm1)
 
 
 def unguarded(expr: sympy.Expr) -> sympy.Expr:

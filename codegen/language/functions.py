@@ -12,8 +12,10 @@ import sympy
 from sympy.codegen import cfunctions
 from sympy.codegen.cfunctions import expm1
 
-from . import external, special
+from . import conditions, external, special
 from .registry import REGISTRY
+
+conditions.install()  # before any choice on a choice is built or differentiated
 
 
 class ExprError(ValueError):

@@ -397,3 +397,51 @@ def test_both_branches_beyond_a_dtypes_range(tmp_path, expr, params):
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         assert torch.equal(module.g(torch.tensor([1.0, -1.0], dtype=dtype)),
                            torch.full((2,), math.inf, dtype=dtype))
+
+
+# A factor that is 0 where a condition holds, times one that overflows there: the truth is 0, and
+# so is autograd's (its where sends 0); a product would be 0 * inf = NaN. Each value is checked in
+# float32 at a point where exp overflows and the branch gives 0.
+ZERO_TIMES_OVERFLOW = {
+    "clamp(x, -1, 1) * exp(y)": (lambda x, y: torch.clamp(x, -1, 1) * torch.exp(y)),  # a mask
+    "clamp(max(x, y), -1, 1) * exp(x)": (lambda x, y: torch.clamp(torch.maximum(x, y), -1, 1) * torch.exp(x)),
+    "where(x > 0, log1p(x), 0) * cosh(y)": (lambda x, y: torch.where(x > 0, torch.log1p(x.clamp(min=0)), 0)
+                                            * torch.cosh(y)),
+}
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+@pytest.mark.parametrize("expr", sorted(ZERO_TIMES_OVERFLOW))
+def test_a_zero_branch_times_an_overflowing_factor_is_zero_not_nan(build, expr, strategy):
+    name = f"zero_times_overflow_{sorted(ZERO_TIMES_OVERFLOW).index(expr)}"
+    module = build(name=name, expr=expr, inputs=["x", "y"], order=2, strategy=strategy)
+    x = torch.tensor([2.0, -3.0, 0.5, 100.0], dtype=torch.float32, requires_grad=True)
+    y = torch.tensor([100.0, 100.0, 1.0, -2.0], dtype=torch.float32, requires_grad=True)
+    grad_x, grad_y = torch.autograd.grad(getattr(module, name)(x, y).sum(), (x, y), create_graph=True)
+    want_x, want_y = torch.autograd.grad(ZERO_TIMES_OVERFLOW[expr](x, y).sum(), (x, y), create_graph=True)
+    for got, want in [(grad_x, want_x), (grad_y, want_y)]:
+        finite = torch.isfinite(want)
+        assert not torch.isnan(got[finite]).any(), f"{got} where autograd gives {want}"
+        torch.testing.assert_close(got[finite], want[finite])
+    # the second order too: where autograd's is finite, so is the Function's
+    seconds = [torch.autograd.grad(g.sum(), (x, y), retain_graph=True, allow_unused=True, materialize_grads=True)
+               for g in (grad_x, grad_y, want_x, want_y)]
+    for got, want in zip([*seconds[0], *seconds[1]], [*seconds[2], *seconds[3]]):
+        assert not torch.isnan(got[torch.isfinite(want)]).any(), f"{got} where autograd gives {want}"
+
+
+@pytest.mark.parametrize("expr", ["max(min(x, y), min(y, z)) * x", "max(max(max(x, y), z), min(x, min(y, z)))",
+                                  "relu(min(x, y) - max(y, z))**2"])
+def test_a_choice_on_choices_builds_at_order_three(build, expr):
+    """SymPy joins equal neighbouring branches of a derivative and puts their condition in normal
+    form, exponential in its alternations: these took over a minute before the first derivative
+    (refused at the time limit). Every order matches autograd through torch.minimum/maximum."""
+    native = {"max": torch.maximum, "min": torch.minimum, "relu": torch.relu}
+    name = "choice_on_choices"
+    module = build(name=name, expr=expr, inputs=["x", "y", "z"], order=3)
+    values = [[-1.0, 0.3, 2.0, 0.7, -0.2], [0.5, -0.4, 1.0, 1.5, 0.1], [0.2, 0.9, -1.0, 0.6, -2.0]]
+    inputs = _points(values)
+    actual = derivative_chain(getattr(module, name), inputs, 3, seed=11)
+    reference = eval(f"lambda x, y, z: {expr}", dict(native))
+    expected = derivative_chain(reference, inputs, 3, seed=11)
+    assert_chains_close(actual, expected, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,37 @@
+"""SymPy's Piecewise, kept from rewriting long conditions into conjunctive normal form.
+
+When two neighbouring branches of a Piecewise become equal (a derivative makes several branches 0),
+SymPy joins their conditions and distributes and over or (``distribute_and_over_or``). That is
+exponential in the condition's alternations: the conditions of a choice on a choice
+(``max(min(x, y), min(y, z))``, whose if-then-elses ``expr._without_ite`` writes with and, or and
+not) grew past a minute of CPU time before the first derivative was done, and the spec was refused.
+Above ``MAX_DISTRIBUTED_OPS`` the joined condition is kept as it is: the same truth table, written
+the way the branches gave it. Below it SymPy's form is taken where it is no longer.
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.functions.elementary import piecewise
+
+# Conditions of up to this many operations are distributed as SymPy does (those of every bundled
+# example and of where/clamp/relu on one input); the nested choices' run to hundreds
+MAX_DISTRIBUTED_OPS = 40
+_SYMPYS_DISTRIBUTION = piecewise.distribute_and_over_or
+
+
+def distributed_if_short(condition: sympy.Basic) -> sympy.Basic:
+    """``condition`` in conjunctive normal form where it has at most ``MAX_DISTRIBUTED_OPS``
+    operations and that form is no longer; else unchanged (logically the same: the normal form of
+    a clamp of a max ran to 40 clauses of a condition of 12 comparisons)."""
+    size = sympy.count_ops(condition)
+    if size > MAX_DISTRIBUTED_OPS:
+        return condition
+    distributed = _SYMPYS_DISTRIBUTION(condition)
+    return distributed if sympy.count_ops(distributed) <= size else condition
+
+
+def install() -> None:
+    """Make Piecewise's argument collapse use ``distributed_if_short``; idempotent. The change is to
+    one name in SymPy's piecewise module, which only that collapse reads."""
+    piecewise.distribute_and_over_or = distributed_if_short
