@@ -5,8 +5,8 @@ SymPy joins their conditions and distributes and over or (``distribute_and_over_
 exponential in the condition's alternations: the conditions of a choice on a choice
 (``max(min(x, y), min(y, z))``, whose if-then-elses ``expr._without_ite`` writes with and, or and
 not) grew past a minute of CPU time before the first derivative was done, and the spec was refused.
-Above ``MAX_DISTRIBUTED_OPS`` the joined condition is kept as it is: the same truth table, written
-the way the branches gave it. Below it SymPy's form is taken where it is no longer.
+Above ``MAX_DISTRIBUTED_NODES`` nodes the joined condition is kept as it is: the same truth
+table, written the way the branches gave it. Below it SymPy's form is taken where it is no longer.
 """
 
 from __future__ import annotations
@@ -14,21 +14,30 @@ from __future__ import annotations
 import sympy
 from sympy.functions.elementary import piecewise
 
-# Conditions of up to this many operations are distributed as SymPy does (those of every bundled
+# Conditions of up to this many nodes are distributed as SymPy does (those of every bundled
 # example and of where/clamp/relu on one input); the nested choices' run to hundreds
-MAX_DISTRIBUTED_OPS = 40
+MAX_DISTRIBUTED_NODES = 80
 _SYMPYS_DISTRIBUTION = piecewise.distribute_and_over_or
 
 
 def distributed_if_short(condition: sympy.Basic) -> sympy.Basic:
-    """``condition`` in conjunctive normal form where it has at most ``MAX_DISTRIBUTED_OPS``
-    operations and that form is no longer; else unchanged (logically the same: the normal form of
+    """``condition`` in conjunctive normal form where it has at most ``MAX_DISTRIBUTED_NODES``
+    nodes and that form is no longer; else unchanged (logically the same: the normal form of
     a clamp of a max ran to 40 clauses of a condition of 12 comparisons)."""
-    size = sympy.count_ops(condition)
-    if size > MAX_DISTRIBUTED_OPS:
+    size = _nodes_up_to(condition, MAX_DISTRIBUTED_NODES + 1)
+    if size > MAX_DISTRIBUTED_NODES:
         return condition
     distributed = _SYMPYS_DISTRIBUTION(condition)
-    return distributed if sympy.count_ops(distributed) <= size else condition
+    return distributed if _nodes_up_to(distributed, size + 1) <= size else condition
+
+
+def _nodes_up_to(expr: sympy.Basic, most: int) -> int:
+    """The nodes of ``expr``'s tree, counted up to ``most``: a size that costs no more than the
+    bound (count_ops walked the joined conditions of a nested choice for 10 s of a 45 s build)."""
+    for count, _node in enumerate(sympy.preorder_traversal(expr), start=1):
+        if count >= most:
+            return most
+    return count
 
 
 def install() -> None:
