@@ -275,9 +275,14 @@ def safe_point(value: sympy.Expr, used, spec, taken=None) -> tuple[sympy.Expr, .
     a point of the domain grid."""
     from . import domain
 
-    bound = _bound(taken, used, {sympy.Symbol(name, real=True) for name in spec.inputs})
+    inputs = {sympy.Symbol(name, real=True) for name in spec.inputs}
+    bound = _bound(taken, used, inputs)
     if bound is not None and _finite_at(value, used[0], bound, spec):
         return (bound,)
+    inside = next((point for point in _inside_abs_bound(taken, used, inputs) if _finite_at(value, used[0], point, spec)),
+                  None)
+    if inside is not None:
+        return (inside,)
     candidates = []
     if bound is not None:
         inward = -1 if clamp_side(used[0], taken, bound) == "max" else 1
@@ -306,6 +311,20 @@ def _finite_at(value: sympy.Expr, x: sympy.Symbol, bound: sympy.Expr, spec) -> b
 
     formulas = [domain.at_defaults(f.xreplace({x: bound}), spec) for _, f in domain.with_partials(value, [x], spec.order)]
     return not any(row[0] for row in domain.not_finite(formulas, [x], [(0.0,)]))
+
+
+def _inside_abs_bound(taken, used, inputs) -> list[sympy.Expr]:
+    """Where ``taken`` is abs(x) < k or abs(x) <= k (k of params and numbers): 0 and k/2, inside the
+    taken side whatever k is, so the point follows k when the params change. A nice number does
+    not: 1.0, safe for exp(-w**2/(w**2 - x**2)) at w = 1.5, is its singularity at w = 1."""
+    if len(used) != 1 or not isinstance(taken, sympy.core.relational.Relational):
+        return []
+    if taken.rel_op in (">", ">="):
+        taken = taken.reversed
+    (x,) = used
+    if taken.rel_op not in ("<", "<=") or taken.lhs != sympy.Abs(x) or taken.rhs.free_symbols & inputs:
+        return []
+    return [sympy.S.Zero, taken.rhs / 2]
 
 
 def _bound(taken, used, inputs) -> sympy.Expr | None:

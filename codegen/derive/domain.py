@@ -224,7 +224,9 @@ def _not_finite(formulas: list[sympy.Expr], inputs, points) -> list[list[bool]]:
     for index, point in enumerate(points):
         try:
             values = together(*point)
-        except _NO_REAL_VALUE:  # which formula failed: each on its own
+        except (*_NO_REAL_VALUE, TypeError) as exc:  # which formula failed: each on its own
+            if not _complex_refused(exc):
+                raise
             alone = alone or [_evaluators(inputs, f) for f in formulas]
             values = [_value(function, exact, point) for function, exact in alone]
         for row, value in zip(bad, values):
@@ -250,8 +252,17 @@ def _value(function, exact, point):
         return function(*point)
     except OverflowError:
         return _exact_value(exact, point)
-    except _NO_REAL_VALUE:
+    except (*_NO_REAL_VALUE, TypeError) as exc:
+        if not _complex_refused(exc):
+            raise
         return math.nan
+
+
+def _complex_refused(exc: Exception) -> bool:
+    """Whether ``exc`` says there is no real value: an arithmetic or value error, or a math
+    function given the complex number Python's ``**`` makes of a negative base (acos(x**x) at
+    x = -0.5: "must be real number, not complex"), not a form math cannot evaluate."""
+    return not isinstance(exc, TypeError) or "complex" in str(exc)
 
 
 def _exact_value(exact, point) -> float:

@@ -1,4 +1,5 @@
-"""SymPy's Piecewise, kept from rewriting long conditions into conjunctive normal form.
+"""SymPy's Piecewise, kept from rewriting long conditions into conjunctive normal form and from
+re-evaluating itself without end on comparisons with floats on both sides.
 
 When two neighbouring branches of a Piecewise become equal (a derivative makes several branches 0),
 SymPy joins their conditions and distributes and over or (``distribute_and_over_or``). That is
@@ -7,6 +8,12 @@ exponential in the condition's alternations: the conditions of a choice on a cho
 not) grew past a minute of CPU time before the first derivative was done, and the spec was refused.
 Above ``MAX_DISTRIBUTED_NODES`` nodes the joined condition is kept as it is: the same truth
 table, written the way the branches gave it. Below it SymPy's form is taken where it is no longer.
+
+Piecewise also puts each condition in a canonical form (``_canonical_coeff``) and builds itself
+again while that changes anything. With floats on both sides that form is not stable:
+``0.9*x > -0.1*x`` becomes ``0.1*x > -0.9*x`` and back at every call, and the recursion never
+ends (``max(q*x, (q - 1)*x)`` at q = 0.9, a quantile loss: RecursionError, an internal error).
+``stable_canonical`` moves such a comparison to one side, ``1.0*x > 0``, whose form is stable.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from sympy.functions.elementary import piecewise
 # example and of where/clamp/relu on one input); the nested choices' run to hundreds
 MAX_DISTRIBUTED_NODES = 80
 _SYMPYS_DISTRIBUTION = piecewise.distribute_and_over_or
+_SYMPYS_CANONICAL = piecewise._canonical_coeff
 
 
 def distributed_if_short(condition: sympy.Basic) -> sympy.Basic:
@@ -40,7 +48,18 @@ def _nodes_up_to(expr: sympy.Basic, most: int) -> int:
     return count
 
 
+def stable_canonical(relation: sympy.Basic) -> sympy.Basic:
+    """SymPy's canonical form of ``relation`` where applying it again leaves it as it is; else
+    the canonical form of the comparison moved to one side (``lhs - rhs > 0``)."""
+    once = _SYMPYS_CANONICAL(relation)
+    if not once.is_Relational or _SYMPYS_CANONICAL(once) == once:
+        return once
+    return _SYMPYS_CANONICAL(relation.func(relation.lhs - relation.rhs, 0))
+
+
 def install() -> None:
-    """Make Piecewise's argument collapse use ``distributed_if_short``; idempotent. The change is to
-    one name in SymPy's piecewise module, which only that collapse reads."""
+    """Make Piecewise's argument collapse use ``distributed_if_short`` and ``stable_canonical``;
+    idempotent. The change is to two names in SymPy's piecewise module, which only that
+    collapse reads."""
     piecewise.distribute_and_over_or = distributed_if_short
+    piecewise._canonical_coeff = stable_canonical

@@ -445,3 +445,20 @@ def test_a_choice_on_choices_builds_at_order_three(build, expr):
     reference = eval(f"lambda x, y, z: {expr}", dict(native))
     expected = derivative_chain(reference, inputs, 3, seed=11)
     assert_chains_close(actual, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["save_inputs", "nested"])
+def test_a_safe_point_inside_an_abs_bound_follows_the_param(build, strategy):
+    """where(abs(x) < w, ...): the safe point is 0, inside the taken side for every w. The nice
+    number 1.0 was safe at the default w = 1.5 and is the branch's singularity at w = 1, where the
+    first derivative came out NaN for every |x| >= 1 (found by a held-out style probe)."""
+    module = build(name="bump", expr="where(abs(x) < w, exp(-w**2 / (w**2 - x**2) + 1), 0)", inputs=["x"],
+                   params={"w": 1.5}, order=3, strategy=strategy)
+    x = torch.tensor([2.0, -1.0, 1.0, 0.5, 0.99], dtype=torch.float64, requires_grad=True)
+    for w in (1.5, 1.0, 0.7):
+        chain = derivative_chain(lambda x: module.bump(x, w=w), [x], 4, seed=13)
+        for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
+            assert torch.isfinite(level).all(), f"w = {w}: {level}"
+        expected = derivative_chain(pointwise(lambda x: T.exp(-w**2 / (w**2 - x**2) + 1) if abs(x) < w else 0.0 * x),
+                                    [x], 4, seed=13)
+        assert_chains_close(chain, expected, rtol=1e-9, atol=1e-12)
