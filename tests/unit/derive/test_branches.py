@@ -456,9 +456,9 @@ def test_a_safe_point_inside_an_abs_bound_follows_the_param(build, strategy):
                    params={"w": 1.5}, order=3, strategy=strategy)
     x = torch.tensor([2.0, -1.0, 1.0, 0.5, 0.99], dtype=torch.float64, requires_grad=True)
     for w in (1.5, 1.0, 0.7):
-        chain = derivative_chain(lambda x: module.bump(x, w=w), [x], 4, seed=13)
+        chain = derivative_chain(module.bump, [x], 4, seed=13, params={"w": w})
         for level in [chain[0], *(g for grads in chain[1:] for g in grads)]:
             assert torch.isfinite(level).all(), f"w = {w}: {level}"
-        expected = derivative_chain(pointwise(lambda x: T.exp(-w**2 / (w**2 - x**2) + 1) if abs(x) < w else 0.0 * x),
-                                    [x], 4, seed=13)
+        expected = derivative_chain(pointwise(lambda x, w: T.exp(-w**2 / (w**2 - x**2) + 1) if abs(x) < w else 0.0 * x),
+                                    [x], 4, seed=13, params={"w": w})
         assert_chains_close(chain, expected, rtol=1e-9, atol=1e-12)
