@@ -886,7 +886,15 @@ def make_tests(case: Case) -> dict[str, Callable]:
             native = elementwise(native)
             inputs = case.inputs(20 + order)
             actual = derivative_chain(case.function, inputs, order, order, params)
-            expected = derivative_chain(native, inputs, order, order, params)
+            try:
+                expected = derivative_chain(native, inputs, order, order, params)
+            except (RuntimeError, NotImplementedError) as exc:
+                if "not implemented" not in str(exc):
+                    raise
+                # torch has no derivative of the native op to this order
+                # (hardsigmoid's backward is not differentiable): nothing to compare
+                pytest.skip(f"{case.native} has no derivative at order {order} in torch "
+                            f"{torch.__version__}: {str(exc).splitlines()[0]}")
             if order:
                 got, want = actual[-1], expected[-1]
             else:

@@ -124,3 +124,18 @@ def test_tests_in_a_subfolder_of_the_output_are_packages_of_it(tmp_path):
                                                "checks/deep/_dbgen_checks.py", "checks/deep/test_square.py"}
     result = plain_pytest(root, "--strict-markers", "-m", "not compile")
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+
+
+def test_a_native_torch_cannot_differentiate_to_the_order_is_skipped_saying_why(tmp_path):
+    """hardsigmoid's backward has no derivative in torch: the generated comparison at order 2 failed
+    with "not implemented" right after a build (a held-out style probe); it is skipped with torch's
+    reason, and orders 0 and 1 are still compared."""
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "hard_sigmoid.yaml").write_text(
+        "name: hard_sigmoid\nexpr: where(x <= -3, 0, where(x >= 3, 1, x / 6 + 0.5))\ninputs: [x]\norder: 2\n"
+        "domain: {x: [-5, 5]}\nnative: torch.nn.functional.hardsigmoid\n")
+    assert dbgen("build", "specs", cwd=tmp_path).returncode == 0
+    result = plain_pytest(tmp_path, "generated/tests", "-k", "matches_native", "-rs")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert passed(result) == 2 and "1 skipped" in result.stdout
+    assert "hardsigmoid has no derivative at order 2" in result.stdout and "not implemented" in result.stdout
