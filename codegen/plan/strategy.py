@@ -15,6 +15,7 @@ import sympy
 from .. import limits
 from ..derive import branches, symbolic
 from ..derive.rewrite import (
+    exponents_through_log,
     factored,
     in_ratios,
     stabilize,
@@ -168,11 +169,12 @@ def by_cotangents(stable, names):
 
 
 def _masking(stable, inputs):
-    """``stable``, then a norm's roots over its powers as ratios (``rewrite.in_ratios``) and choices
+    """``stable``, then a norm's roots over its powers as ratios (``rewrite.in_ratios``), powers by
+    an input's exponent through exp and log (``rewrite.exponents_through_log``) and choices
     between a guarded value and 0 as products with their mask (``branches.mask``): every formula
     printed goes through it."""
     def printed(expr: sympy.Expr) -> sympy.Expr:
-        expr = in_ratios(stable(expr))
+        expr = exponents_through_log(in_ratios(stable(expr)), inputs)
         return branches.mask(expr, inputs) if expr.has(sympy.Piecewise) else expr
 
     return printed

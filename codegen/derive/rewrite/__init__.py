@@ -46,6 +46,7 @@ from .complements import (
 from .exponentials import (
     absorb_opt,
     combine_exp_opt,
+    exponents_through_log,
     log1p_opt,
     log_sigmoid_opt,
     one_minus_sigmoid_opt,
@@ -350,6 +351,7 @@ __all__ = [
     "Ratio",
     "Sech2",
     "expm1",
+    "exponents_through_log",
     "factored",
     "for_differentiation",
     "hypot",

@@ -258,3 +258,15 @@ def _has_tanh_ratio(mul) -> bool:
 
 # sinh(u)/cosh(u) -> tanh(u): inf/inf = NaN for large u otherwise.
 tanh_opt = ReplaceOptim(_has_tanh_ratio, _tanh_ratio)
+
+
+def exponents_through_log(expr: sympy.Expr, inputs) -> sympy.Expr:
+    """``expr`` with each power of a positive base by an exponent that reads an input written
+    ``exp(e*log(b))``: the same value, and no ``torch.pow`` of two tensors for autograd to
+    differentiate. torch's pow backward masks the base's gradient where the exponent is 0, so a
+    derivative autograd takes of it loses the exponent's part there: d2/dxdy (abs(x) + 1)**y at
+    y = 0 was 1/(abs(x) + 1) short, in dbgen's own formulas under save_inputs."""
+    inputs = frozenset(inputs)
+    return expr.replace(
+        lambda e: e.is_Pow and e.exp.free_symbols & inputs and e.base.free_symbols & inputs and e.base.is_positive,
+        lambda e: sympy.exp(e.exp * sympy.log(e.base)))
