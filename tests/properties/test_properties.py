@@ -111,10 +111,7 @@ def test_tree_values_lie_within_their_bounds_and_read_back_from_text(case):
 # Regressions: shrunk failures, kept as specs ----------------------------------------------------
 
 REGRESSION_SPECS = sorted(REGRESSIONS.glob("*.yaml"))
-KNOWN_BUGS: dict[str, tuple[str, type]] = {  # spec stem -> (reason, the error it raises)
-    "tanh_of_a_tiny_power_in_a_branch": (("the branch guard evaluates x**1e-6 at x < 0 in floats: a complex "
-                                         "value reaches math.tanh (internal error)"), TypeError),
-}
+KNOWN_BUGS: dict[str, tuple[str, type]] = {}  # spec stem -> (reason, the error it raises)
 
 
 def _regression_params():
