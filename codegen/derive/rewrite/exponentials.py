@@ -226,37 +226,40 @@ def _has_absorbable_exponential(mul) -> bool:
 absorb_opt = ReplaceOptim(_has_absorbable_exponential, _absorb_exponential)
 
 
-def _tanh_ratio(mul):
-    """sinh(u)**p * cosh(u)**q with q < 0 -> tanh(u)**p * cosh(u)**(p + q)."""
-    factors = sympy.Mul.make_args(mul)
+def _hyperbolic_powers(mul) -> dict:
+    """u -> {sinh: p, cosh: q} for the factors sinh(u)**p and cosh(u)**q of ``mul``."""
     powers: dict = {}
-    for f in factors:
+    for f in sympy.Mul.make_args(mul):
         base, exponent = f.as_base_exp()
         if isinstance(base, (sympy.sinh, sympy.cosh)):
             powers.setdefault(base.args[0], {})[type(base)] = exponent
+    return powers
+
+
+def _opposite_signs(found: dict) -> bool:
+    p, q = found.get(sympy.sinh), found.get(sympy.cosh)
+    return p is not None and q is not None and ((p.is_positive and q.is_negative) or (p.is_negative and q.is_positive))
+
+
+def _tanh_ratio(mul):
+    """sinh(u)**p * cosh(u)**q with q < 0 < p -> tanh(u)**p * cosh(u)**(p + q); with p < 0 < q
+    -> tanh(u)**(-q) * sinh(u)**(p + q)."""
     result = mul
-    for u, found in powers.items():
-        p, q = found.get(sympy.sinh), found.get(sympy.cosh)
-        if p is not None and q is not None and p.is_positive and q.is_negative:
-            result = result / (sympy.sinh(u) ** p * sympy.cosh(u) ** q) * sympy.tanh(u) ** p * sympy.cosh(u) ** (p + q)
+    for u, found in _hyperbolic_powers(mul).items():
+        if not _opposite_signs(found):
+            continue
+        p, q = found[sympy.sinh], found[sympy.cosh]
+        kept = sympy.cosh(u) ** (p + q) if p.is_positive else sympy.sinh(u) ** (p + q)
+        result = result / (sympy.sinh(u) ** p * sympy.cosh(u) ** q) * sympy.tanh(u) ** (p if p.is_positive else -q) * kept
     return result
 
 
 def _has_tanh_ratio(mul) -> bool:
-    if not mul.is_Mul:
-        return False
-    bases = {}
-    for f in mul.args:
-        base, exponent = f.as_base_exp()
-        if isinstance(base, (sympy.sinh, sympy.cosh)):
-            bases.setdefault(base.args[0], {})[type(base)] = exponent
-    return any(
-        sympy.sinh in found and sympy.cosh in found and found[sympy.sinh].is_positive and found[sympy.cosh].is_negative
-        for found in bases.values()
-    )
+    return mul.is_Mul and any(_opposite_signs(found) for found in _hyperbolic_powers(mul).values())
 
 
-# sinh(u)/cosh(u) -> tanh(u): inf/inf = NaN for large u otherwise.
+# sinh(u)/cosh(u) -> tanh(u), cosh(u)**3/sinh(u)**4 -> 1/(tanh(u)**3*sinh(u)): inf/inf = NaN for
+# large u otherwise (x/sinh(x)'s third derivative in float32 at x = 40).
 tanh_opt = ReplaceOptim(_has_tanh_ratio, _tanh_ratio)
 
 
