@@ -133,27 +133,20 @@ def mask(expr: sympy.Expr, inputs) -> sympy.Expr:
     """
     inputs = frozenset(inputs)
     masked = expr.replace(lambda e: isinstance(e, sympy.Piecewise), lambda e: _masked(e, inputs))
-    return masked.replace(lambda e: e.is_Mul and _zero_somewhere(e, inputs) is not None,
-                          lambda e: _zero_where_chosen(e, inputs))
-
-
-def _zero_somewhere(product: sympy.Mul, inputs):
-    """A factor of ``product`` that is 0 where a condition on the inputs holds (a mask, a choice
-    with a branch of 0), when another factor may overflow there; else None."""
-    if not any(_grows(f, inputs) for f in product.args):
-        return None
-    return next((f for f in product.args if isinstance(f, Masked)
-                 or (isinstance(f, sympy.Piecewise) and any(arg.expr == 0 for arg in f.args)
-                     and f.free_symbols & inputs)), None)
+    return masked.replace(lambda e: e.is_Mul, lambda e: _zero_where_chosen(e, inputs))
 
 
 def _zero_where_chosen(product: sympy.Mul, inputs) -> sympy.Expr:
     """``product`` of a factor that is 0 where a condition holds and factors that may overflow there
     (``exp(y)`` beside ``clamp(x, -1, 1)``'s derivative): 0 chosen there, so that 0 * inf is not
-    NaN where the truth (and autograd's ``where``) is 0; the other factors stay a product."""
-    zero = _zero_somewhere(product, inputs)
-    growing = sympy.Mul(*(f for f in product.args if f is not zero and _grows(f, inputs)))
-    kept = sympy.Mul(*(f for f in product.args if f is not zero and not _grows(f, inputs)))
+    NaN where the truth (and autograd's ``where``) is 0; the other factors stay a product. A
+    product without both kinds of factor is returned as it is."""
+    grows = {f: _grows(f, inputs) for f in product.args}
+    zero = next((f for f in product.args if isinstance(f, Masked) or _choice_with_zero(f, inputs)), None)
+    if zero is None or not any(grows.values()):
+        return product
+    growing = sympy.Mul(*(f for f in product.args if f is not zero and grows[f]))
+    kept = sympy.Mul(*(f for f in product.args if f is not zero and not grows[f]))
     if isinstance(zero, Masked):
         value, taken = zero.args
         return kept * sympy.Piecewise((value * growing, taken), (0, True))
@@ -161,6 +154,12 @@ def _zero_where_chosen(product: sympy.Mul, inputs) -> sympy.Expr:
     zero_where = sympy.Or(*(taken for (value, _), taken in zip(pieces, taken_conditions(pieces)) if value == 0))
     rest = sympy.Piecewise(*((value, cond) for value, cond in pieces if value != 0), (0, True))
     return kept * sympy.Piecewise((0, zero_where), (growing * rest, True))
+
+
+def _choice_with_zero(factor: sympy.Expr, inputs) -> bool:
+    """Whether ``factor`` is a choice on the inputs with a branch of 0."""
+    return (isinstance(factor, sympy.Piecewise) and any(arg.expr == 0 for arg in factor.args)
+            and bool(factor.free_symbols & inputs))
 
 
 def _grows(factor: sympy.Expr, inputs) -> bool:

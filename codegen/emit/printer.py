@@ -230,11 +230,6 @@ class TorchPrinter(PythonCodePrinter):
             return f"1/{self.parenthesize(base, precedence(expr))}"
         if exponent.is_Rational and not exponent.is_Integer:
             return f"{self.parenthesize(base, precedence(expr))}**({float(exponent)!r})"
-        if base.is_positive and self.is_tensor(base) and self.is_tensor(exponent):
-            # torch's pow backward masks the base's gradient where the exponent is 0, and so loses
-            # its derivative in the exponent there (the tests' reference; dbgen's own formulas are
-            # written so before CSE: rewrite.exponents_through_log)
-            return f"torch.exp({self.parenthesize(exponent, PRECEDENCE['Mul'])} * torch.log({self._print(base)}))"
         # ** is right-associative: a base of the same precedence, (b**c)**d, needs its parentheses
         return f"{self.parenthesize(base, precedence(expr))}**{self.parenthesize(exponent, precedence(expr))}"
 

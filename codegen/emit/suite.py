@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..derive.branches import boundaries
+from ..derive.rewrite import exponents_through_log
 from ..language import external, special
 from ..plan import ModulePlan
 from ..provenance import header
@@ -32,7 +33,10 @@ def composed_code(plan: ModulePlan) -> tuple[str, TorchPrinter]:
 
 
 def _composed_value(expr: sympy.Expr, spec, printer: TorchPrinter) -> str:
-    value = printer.doprint(expr)
+    inputs = [sympy.Symbol(name, real=True) for name in spec.inputs]
+    # as the Functions write them (plan.strategy._masking): torch's pow backward loses the
+    # exponent's part of its derivative where the exponent is 0
+    value = printer.doprint(exponents_through_log(expr, inputs))
     missing = [name for name in spec.inputs if sympy.Symbol(name, real=True) not in expr.free_symbols]
     if missing or _param_choice_of_constant(expr, spec):
         # keep every input in the graph, so the reference has the broadcast shape and dtype
