@@ -80,6 +80,7 @@ class Case:
     other_params: dict | None = None
     native: str | None = None  # an equivalent torch function: a second reference
     fuse: bool = False
+    cpp: bool = False  # the module also has the C++ op (cpp: true), which its public function calls
     # input -> the values in its domain where a branch's condition changes (x > 0: 0.0),
     # at the params' defaults
     boundaries: dict = dataclasses.field(default_factory=dict)
@@ -848,6 +849,23 @@ def make_tests(case: Case) -> dict[str, Callable]:
             assert not failures, f"{len(failures)} exact value(s) missed:\n" + "\n".join(
                 failures[:10]
             )
+
+    if case.cpp:
+
+        @test
+        def test_cpp_op_matches_the_python_functions_at_every_order(params, monkeypatch):
+            """The public function's C++ op and the module's Python Functions compute the
+            same formulas: equal to 1e-12 at every order, float64."""
+            if case.module._OP is None:
+                pytest.skip("the C++ op could not be built here (the module warned why)")
+            inputs = case.inputs(40, reference=True)
+            through_op = derivative_chain(case.function, inputs, case.order, 40, params)
+            monkeypatch.setattr(case.module, "_OP", None)
+            in_python = derivative_chain(case.function, inputs, case.order, 40, params)
+            for level, (got, want) in enumerate(zip(through_op, in_python)):
+                torch.testing.assert_close(
+                    got, want, rtol=1e-12, atol=1e-12, msg=lambda m, k=level: f"order {k}: {m}"
+                )
 
     @test
     def test_gradcheck(params):

@@ -392,3 +392,53 @@ def _standalone_kernel(function, args, flat):
     # any compile failure leaves torch.compile's path
     except Exception:  # noqa: BLE001
         return None
+
+
+# torch.autograd.forward_ad's level while dual numbers are in use (-1: none), a private global:
+# where a torch has none, forward-mode AD is taken to be off
+def _python_functions_needed():
+    """Whether this call must run the Python Functions instead of the C++ op: the op has no
+    forward-mode derivative (jvp), and torch.compile and torch.func trace the Python ones."""
+    dual = getattr(torch.autograd.forward_ad, "_current_level", -1) >= 0
+    return dual or torch.compiler.is_compiling() or _transforms_active()
+
+
+def _load_op(name, source):
+    """(torch.ops.dbgen.<name>, the path of the library holding it), compiled from `source`
+    (C++) on first use and cached by torch's extension builder under the source's hash;
+    (None, None), after one warning, where it cannot be built or another build of it is
+    loaded: the Python Functions then run (same formulas)."""
+    import hashlib
+    import os
+    import shutil
+
+    from torch.utils import cpp_extension
+
+    library = f"dbgen_{name}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    loaded = {os.path.basename(path): path for path in torch.ops.loaded_libraries}
+    if any(file.startswith(f"dbgen_{name}_") for file in loaded.keys() - {f"{library}.so"}):
+        reason = f"another build of torch.ops.dbgen.{name} is loaded in this process"
+    elif not shutil.which(os.environ.get("CXX", "c++")):
+        reason = f"no C++ compiler ({os.environ.get('CXX', 'c++')}) on PATH: install g++ or clang++"
+    elif not cpp_extension.is_ninja_available():
+        reason = "ninja is not installed: pip install ninja"
+    else:
+        try:
+            if f"{library}.so" not in loaded:
+                cpp_extension.load_inline(
+                    library, [source], is_python_module=False, no_implicit_headers=True
+                )
+            path = next(
+                path
+                for path in torch.ops.loaded_libraries
+                if os.path.basename(path) == f"{library}.so"
+            )
+            return getattr(torch.ops.dbgen, name), path
+        except Exception as error:  # noqa: BLE001 - any build failure falls back, saying why
+            reason = f"building it failed: {str(error).strip().splitlines()[-1]}"
+    warnings.warn(
+        f"{name}: the C++ op torch.ops.dbgen.{name} is not available ({reason}); "
+        "running the Python Functions, which compute the same formulas",
+        stacklevel=3,
+    )
+    return None, None

@@ -367,7 +367,7 @@ class TorchPrinter(PythonCodePrinter):
             like = self._tensor_of(expr) if self.is_tensor(expr) else None
             code = self._branch(last, like)
             for value, cond in reversed(pieces):
-                code = f"({self._branch(value, like)} if {self._print(cond)} else {code})"
+                code = self._choice(self._branch(value, like), self._print(cond), code)
             return code
         code, code_is_tensor = self._print(last), self.is_tensor(last)
         for value, cond in reversed(pieces):
@@ -375,7 +375,7 @@ class TorchPrinter(PythonCodePrinter):
                 # a choice on params inside a choice on tensors: made in Python, both sides tensors
                 like = self._tensor_of(expr)
                 code = code if code_is_tensor else self._filled(like, code, last)
-                code, code_is_tensor = f"({self._branch(value, like)} if {self._print(cond)} else {code})", True
+                code, code_is_tensor = self._choice(self._branch(value, like), self._print(cond), code), True
                 continue
             if self.is_tensor(value) or code_is_tensor:
                 branch = self._scalar_operand(value)
@@ -383,8 +383,15 @@ class TorchPrinter(PythonCodePrinter):
                 branch = self._filled(self._tensor_of(cond), self._print(value), value)
             if not code_is_tensor:
                 code = self._scalar_operand(last)
-            code, code_is_tensor = f"torch.where({self._print(cond)}, {branch}, {code})", True
+            code, code_is_tensor = self._where(self._print(cond), branch, code), True
         return code
+
+    def _choice(self, value: str, cond: str, other: str) -> str:
+        """A choice made in Python (on params): the branch not taken is not evaluated."""
+        return f"({value} if {cond} else {other})"
+
+    def _where(self, cond: str, value: str, other: str) -> str:
+        return f"torch.where({cond}, {value}, {other})"
 
     def _scalar_operand(self, value) -> str:
         """A where() or clamp() operand: a tensor as it is, a number that every float dtype holds

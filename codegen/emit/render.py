@@ -12,6 +12,7 @@ from ..language import external, special
 from ..plan import ModulePlan
 from ..provenance import header
 from ..spec import DEFAULT_LINE_LENGTH
+from .cpp import render_cpp
 from .docstring import _derivative_lines, _formula, _summary
 from .functions import (
     _argument_checks,
@@ -45,6 +46,9 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     externals = _external_entries(set().union(*(p.externals for p in printers)))
     call_args = ", ".join([*spec.inputs, *spec.param_names])
     broadcast_inputs = _unpack(spec.inputs) if len(spec.inputs) > 1 else None
+    op_source = render_cpp(plan) if spec.cpp else None
+    if op_source:
+        helpers = [*helpers, "_load_op", "_python_functions_needed"]
     return ruff_formatted(_environment().get_template("module.py.jinja").render(
         header=header(spec.path, digest),
         spec=spec,
@@ -75,7 +79,17 @@ def render_module(plan: ModulePlan, digest: str) -> str:
         ctx_inputs=plan.local("inputs"),
         ctx_output=plan.local("output"),
         broadcast_inputs=broadcast_inputs,
+        op_source=op_source,
+        op_call=_op_call(plan, f"_OP({call_args})") if op_source else None,
     ), spec.line_length)
+
+
+def _op_call(plan: ModulePlan, call: str) -> str:
+    """What the public function returns from the C++ op, which returns the spec's outputs (one
+    tensor, or a tuple of two or more)."""
+    if plan.spec.outputs and plan.returned == 1:
+        call = f"({call},)"
+    return f"torch.stack({call}, dim=-1)" if plan.spec.stack else call
 
 
 def _public_call(plan: ModulePlan, apply: str) -> str:

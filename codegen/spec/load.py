@@ -155,6 +155,7 @@ def _read_fields(reader: _Reader, values: dict[str, yaml.Node],
     fields["doc"] = _read_doc(reader, values.get("doc"))
     fields["native"] = _read_native(reader, values.get("native"))
     fields["fuse"] = _read_bool(reader, values.get("fuse"), "fuse", False)
+    fields["cpp"] = _read_bool(reader, values.get("cpp"), "cpp", False)
     params = tuple(name for name, _ in fields["params"])
     outputs = _read_outputs(reader, values.get("outputs"), fields["name"], inputs, params if params_ok else None)
     lines.update((f"outputs.{name}", line) for name, _, line in outputs)
@@ -184,6 +185,7 @@ def _check_formulas(reader: _Reader, fields: dict, outputs: list, lines: dict[st
             parsed.append(_check_expr(reader, line, text, inputs, params, f"outputs.{_shorten(name)}", others,
                                       externs=declared))
     _check_external_settings(reader, [p for p in parsed if p is not None], fields, lines)
+    _check_cpp_settings(reader, [p for p in parsed if p is not None], fields, lines)
 
 
 def _check_expr(reader: _Reader, line: int, text: str, inputs, params, what: str = "expr", outputs=(),
@@ -218,6 +220,25 @@ def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[
 
     for key, message in conflicts(fields["strategy"] or "auto", bool(fields["fuse"]), calls(parsed)):
         reader.fail(lines.get(key, 1), message)
+
+
+def _check_cpp_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, int]) -> None:
+    """What the C++ op (``cpp: true``) cannot compute yet, refused on the cpp line: functions whose
+    derivatives the Python module supplies (the Bessel family, sinc; SciPy's and declared externs),
+    and fused kernels (the op runs eagerly)."""
+    if not fields.get("cpp"):
+        return
+    from ..language.external import calls
+    from ..language.special import SpecialFunctionBase
+
+    line = lines.get("cpp", 1)
+    if fields.get("fuse"):
+        reader.fail(line, "cpp: true cannot be used with fuse: true (the C++ op runs eagerly); remove one of them")
+    names = sorted({type(node).language or type(node).__name__ for expr in parsed for node in expr.atoms(SpecialFunctionBase)}
+                   | {cls.language for cls in calls(parsed)})
+    if names:
+        reader.fail(line, f"cpp: true cannot compute {', '.join(names)} in C++ yet (its derivatives are the Python "
+                          "module's own code); remove cpp, or write the function another way")
 
 
 def native_problems(spec: Spec) -> list[Problem]:

@@ -23,7 +23,7 @@ STRATEGIES = ("auto", "save_inputs", "save_outputs", "intermediates", "nested")
 DEFAULT_DOMAIN = (-2.0, 2.0)
 
 KEYS = ("name", "expr", "inputs", "order", "params", "strategy", "domain", "doc", "native", "fuse", "outputs", "stack",
-        "extern")
+        "extern", "cpp")
 EXTERN_KEYS = ("impl", "args", "derivatives")
 MAX_EXTERNS = 16
 # and exactly one of FORMULA_KEYS: expr (one output) or outputs (a vector-valued function)
@@ -67,6 +67,8 @@ class Spec:
     doc: str = ""
     native: str | None = None
     fuse: bool = False
+    # the Functions also as C++ autograd code, the op torch.ops.dbgen.NAME (docs/guide/deployment.md)
+    cpp: bool = False
     # the inputs whose domain the spec sets (the others have DEFAULT_DOMAIN): the generated tests
     # probe far outside the domain only for the others, so an explicit [-2, 2] is respected
     explicit_domain: tuple[str, ...] = ()
@@ -130,6 +132,7 @@ class Spec:
             **({"extern": [[e.name, e.impl, list(e.args), list(e.derivatives)] for e in self.externs]}
                if self.externs else {}),
             **({} if self.line_length == DEFAULT_LINE_LENGTH else {"line_length": self.line_length}),
+            **({"cpp": True} if self.cpp else {}),
         }
 
     def digest(self, version: str, rewrite: bool = True) -> str:

@@ -110,6 +110,12 @@ def spec_schema() -> dict:
                 "minProperties": 1,
                 "maxProperties": model.MAX_EXTERNS,
             },
+            "cpp": {
+                "description": "Also build the Functions as C++ autograd code: the op torch.ops.dbgen.NAME, for "
+                               "TorchScript, torch.export and C++ programs.",
+                "type": "boolean",
+                "default": False,
+            },
         },
     }
 

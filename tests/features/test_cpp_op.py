@@ -1,0 +1,166 @@
+"""cpp: true — the Functions as C++ autograd code, the op torch.ops.dbgen.NAME: the same numbers as
+the Python Functions at every order, from Python, from a TorchScript model saved and loaded in a
+fresh process, through torch.export and FakeTensor; refused where it cannot compute a function;
+without a compiler the Python Functions run after one warning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+from helpers import build_spec, derivative_chain, sample
+
+from codegen.build import pipeline
+from codegen.errors import SpecErrors
+
+# two inputs that broadcast, params at other values, a branch on an input, a clamp, several functions
+SPEC = {"name": "cpp_mix", "inputs": ["x", "y"], "order": 3, "params": {"a": 0.3, "b": 1.5}, "cpp": True,
+        "expr": "where(x > a, exp(-x*y) * sin(b*y), log1p(x**2) * tanh(y)) + clamp(x, -1, 1) * y**2 / b"}
+PARAMS = {"a": 0.25, "b": 1.25}
+
+
+@pytest.fixture(scope="module", params=["nested", "save_inputs", "intermediates"])
+def module(request, tmp_path_factory):
+    name = f"cpp_mix_{request.param}"
+    return build_spec(tmp_path_factory.mktemp(name), **dict(SPEC, name=name, strategy=request.param))
+
+
+def _inputs(seed: int):
+    return [sample((4, 3), -2, 2, seed=seed).requires_grad_(), sample((3,), -2, 2, seed=seed + 1).requires_grad_()]
+
+
+def _name(module) -> str:
+    return next(name for name in vars(module) if name.startswith("cpp_mix_"))
+
+
+def test_the_public_function_runs_the_cpp_op(module):
+    assert module._OP is getattr(torch.ops.dbgen, _name(module))
+    x, y = _inputs(0)
+    assert type(getattr(module, _name(module))(x, y).grad_fn).__name__ == "CppFunction"  # a C++ autograd node
+
+
+def test_every_order_equals_the_python_functions(module, monkeypatch):
+    function = getattr(module, _name(module))
+    inputs = _inputs(1)
+    through_op = derivative_chain(function, inputs, 3, 1, PARAMS)
+    monkeypatch.setattr(module, "_OP", None)
+    in_python = derivative_chain(function, inputs, 3, 1, PARAMS)
+    for level, (got, want) in enumerate(zip(through_op, in_python)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m, k=level: f"order {k}: {m}")
+
+
+def test_fake_tensors_and_torch_export_see_one_op(module):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    name = _name(module)
+    op = getattr(torch.ops.dbgen, name)
+    with FakeTensorMode() as mode:
+        fake = op(mode.from_tensor(torch.ones(4, 3, dtype=torch.float64)), mode.from_tensor(torch.ones(3)), 0.3, 1.5)
+    assert fake.shape == (4, 3) and fake.dtype == torch.float64
+
+    class Model(torch.nn.Module):
+        def forward(self, x, y):
+            return op(x, y, 0.25, 1.25)
+
+    x, y = (t.detach() for t in _inputs(2))
+    exported = torch.export.export(Model(), (x, y))
+    assert f"torch.ops.dbgen.{name}.default" in exported.graph_module.code
+    torch.testing.assert_close(exported.module()(x, y), op(x, y, 0.25, 1.25), rtol=0, atol=0)
+
+
+FORCE_SPEC = {"name": "morse_pair", "inputs": ["r"], "order": 3, "params": {"d": 1.0, "a": 1.5, "r0": 1.1},
+              "domain": {"r": [0.6, 4.0]}, "cpp": True, "expr": "d * (1 - exp(-a * (r - r0)))**2"}
+
+class Forces(torch.nn.Module):
+    """Energy and forces of a pair potential, as interatomic models are deployed in TorchScript."""
+
+    def forward(self, positions: torch.Tensor):
+        pairs = torch.triu_indices(positions.shape[0], positions.shape[0], 1)
+        r = (positions[pairs[0]] - positions[pairs[1]]).pow(2).sum(-1).sqrt()
+        energy = torch.ops.dbgen.morse_pair(r, a=1.25).sum()
+        forces = torch.autograd.grad([energy], [positions], create_graph=True)[0]
+        assert forces is not None
+        return energy, -forces
+
+
+def _second_derivative(model, positions):
+    positions = positions.clone().requires_grad_()
+    energy, forces = model(positions)
+    (curvature,) = torch.autograd.grad((forces**2).sum(), positions)
+    return torch.stack([energy.expand(3), *forces, *curvature])
+
+
+def test_a_scripted_force_model_loads_in_a_fresh_process_with_the_python_forces(tmp_path):
+    module = build_spec(tmp_path, **FORCE_SPEC)
+    positions = sample((5, 3), 0, 3, seed=3)
+    saved = tmp_path / "forces.pt"
+    torch.jit.script(Forces()).save(str(saved))
+
+    class PythonForces(torch.nn.Module):
+        def forward(self, positions):
+            i, j = torch.triu_indices(positions.shape[0], positions.shape[0], 1)
+            r = (positions[i] - positions[j]).pow(2).sum(-1).sqrt()
+            energy = module.morse_pair(r, a=1.25).sum()
+            (forces,) = torch.autograd.grad(energy, positions, create_graph=True)
+            return energy, -forces
+
+    module._OP = None  # the Python Functions: the reference
+    expected = _second_derivative(PythonForces(), positions.double())
+    torch.save(positions, tmp_path / "positions.pt")
+    script = textwrap.dedent(f"""
+        import torch
+        torch.ops.load_library({module.OP_LIBRARY!r})
+        model = torch.jit.load({str(saved)!r})
+        positions = torch.load({str(tmp_path / 'positions.pt')!r}).double().requires_grad_()
+        energy, forces = model(positions)
+        (curvature,) = torch.autograd.grad((forces**2).sum(), positions)
+        torch.save(torch.stack([energy.expand(3), *forces, *curvature]).detach(), {str(tmp_path / 'got.pt')!r})
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    torch.testing.assert_close(torch.load(tmp_path / "got.pt"), expected.detach(), rtol=1e-12, atol=1e-12)
+
+
+def test_without_a_compiler_the_python_functions_run_after_one_warning(tmp_path, monkeypatch):
+    module = build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_no_compiler"))
+    monkeypatch.setenv("CXX", "no-such-compiler")
+    with pytest.warns(UserWarning, match=r"no C\+\+ compiler \(no-such-compiler\)"):
+        op, path = module._load_op("morse_no_compiler_again", module._OP_SOURCE)
+    assert op is None and path is None
+    monkeypatch.setattr(module, "_OP", None)
+    r = sample((6,), 0.6, 4.0, seed=4).requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (grad,) = torch.autograd.grad(module.morse_no_compiler(r).sum(), r)
+    torch.testing.assert_close(grad, 2 * 1.5 * torch.exp(-1.5 * (r - 1.1)) * (1 - torch.exp(-1.5 * (r - 1.1))))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"expr": "bessel_j0(x) * x"}, "cpp: true cannot compute bessel_j0 in C++ yet"),
+    ({"expr": "sinh(x)", "fuse": True}, "cpp: true cannot be used with fuse: true"),
+])
+def test_what_the_cpp_op_cannot_compute_is_refused_on_the_cpp_line(tmp_path, extra, message):
+    spec = tmp_path / "refused.yaml"
+    text = {"name": "refused", "inputs": ["x"], "order": 2, **extra, "cpp": True}
+    spec.write_text("".join(f"{key}: {value if not isinstance(value, bool) else str(value).lower()}\n"
+                            for key, value in text.items()).replace("['x']", "[x]"))
+    with pytest.raises(SpecErrors) as refused:
+        pipeline.generate(spec, root=tmp_path)
+    (problem,) = refused.value.problems
+    assert message in problem.message and problem.line == len(text)
+
+
+def test_the_generated_tests_of_a_cpp_spec_pass_right_after_the_build(tmp_path):
+    """Among them the op's own check: every order against the Python Functions."""
+    build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_generated_tests"))
+    tests = tmp_path / "out" / "tests" / "test_morse_generated_tests.py"
+    assert "def test_cpp_op" in (tmp_path / "out" / "tests" / "_dbgen_checks.py").read_text()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
+                         check=False, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "test_cpp_op_matches_the_python_functions_at_every_order" in subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(tests)],
+        check=True, capture_output=True, text=True, timeout=600).stdout
