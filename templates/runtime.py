@@ -435,7 +435,9 @@ def _load_op(name, source):
             )
             return getattr(torch.ops.dbgen, name), path
         except Exception as error:  # noqa: BLE001 - any build failure falls back, saying why
-            reason = f"building it failed: {str(error).strip().splitlines()[-1]}"
+            lines = str(error).strip().splitlines() or [type(error).__name__]
+            first = next((line for line in lines if "error:" in line), lines[-1])
+            reason = f"building it failed: {first.strip()}"
     warnings.warn(
         f"{name}: the C++ op torch.ops.dbgen.{name} is not available ({reason}); "
         "running the Python Functions, which compute the same formulas",

@@ -102,7 +102,7 @@ def module_function(plan, source: str | None = None):
     eagerly (a fused build's kernels save the same)."""
     from ..emit.render import render_module
 
-    module = _module(source or render_module(plan, digest=""), "dbgen_memory_check")
+    module = _module(source or render_module(plan, digest="", with_op=False), "dbgen_memory_check")
     if hasattr(module, "FUSE"):
         module.FUSE = False
     return getattr(module, plan.spec.name)

@@ -141,6 +141,7 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     from ..signals import import_torch
 
     import_torch()  # before the time limit starts (memory.py imports it)
+    from ..emit.cpp import CppUnsupported
     from ..emit.render import render_module
     from ..emit.suite import render_tests
 
@@ -150,13 +151,18 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     except bounds.LimitExceeded as exceeded:
         raise SpecErrors([spec.problem("expr", f"expr: {exceeded.message()}")]) from None
     digest = spec.digest(__version__, rewrite)
-    module = render_module(plan, digest)
+    try:
+        module = render_module(plan, digest)
+    except CppUnsupported as refused:
+        raise SpecErrors([spec.problem("cpp", f"cpp: true cannot compute {refused} in C++ yet; remove cpp")]) from None
+    # what is measured: the Python Functions (a C++ op's, the same formulas, is compiled on import)
+    python_only = render_module(plan, digest, with_op=False) if spec.cpp else module
     if measured is None:  # a strategy the spec chose: measured here, outside the time limit
-        measured = measured_accuracy(plan, module)
+        measured = measured_accuracy(plan, python_only)
     from ..derive.param_values import other_param_values
 
     other = other_param_values(plan.every_formula, spec.params, spec.inputs, spec.domain)
-    reference = _reference_domain(plan, measured, module, other)
+    reference = _reference_domain(plan, measured, python_only, other)
     tests = render_tests(plan, digest, measured, reference, other)
     files = {f"{spec.name}.py": module, f"tests/test_{spec.name}.py": tests}
     return files, plan.notes, tuple(measured.warnings()) if measured else ()

@@ -186,11 +186,11 @@ class AtenPrinter(TorchPrinter):
         return expr._division(self, " / ")
 
     def _print_Norm(self, expr):
-        """``norm({a, b, c})``, the op's helper; numbers among the components as full tensors."""
+        """``_norm({a, b, c})``, the op's helper; numbers among the components as full tensors."""
         like = next(arg for arg in expr.args if self.is_tensor(arg))
         if not self.is_tensor(expr):
             return f"std::hypot({', '.join(self._print(arg) for arg in expr.args)})"
-        return f"norm({{{', '.join(self._as_tensor(arg, like) for arg in expr.args)}}})"
+        return f"_norm({{{', '.join(self._as_tensor(arg, like) for arg in expr.args)}}})"
 
     def _print_LogCoshNear(self, expr):
         half = self.parenthesize(expr.args[0], PRECEDENCE["Mul"], strict=True)

@@ -79,11 +79,11 @@ def render_cpp(plan: ModulePlan) -> str:
         entry=functions[0],
         parameters=", ".join([*(f"const Tensor& {x}" for x in inputs), *(f"double {p}" for p in spec.param_names)]),
         inputs=inputs,
-        call_args=", ".join([*(f"inputs[{i}]" for i in range(len(inputs))), *spec.param_names]),
+        call_args=", ".join([*(f"_inputs[{i}]" for i in range(len(inputs))), *spec.param_names]),
         result_type="Tensor" if single else f"std::tuple<{', '.join(['Tensor'] * returned)}>",
-        returned=[f"outputs[{i}]" for i in range(returned)],
+        returned=[f"_outputs[{i}]" for i in range(returned)],
         single=single,
-        uses_norm="norm({" in "\n".join(line for f in functions for line in (*f.compute_lines, *f.backward_lines)),
+        uses_norm="_norm({" in "\n".join(line for f in functions for line in (*f.compute_lines, *f.backward_lines)),
     ).rstrip() + "\n"
 
 
@@ -106,30 +106,30 @@ def _printer(block: Block, tensors, fold_sums: bool) -> AtenPrinter:
 def _function(fn: FunctionPlan, plan: ModulePlan) -> CppFunction:
     params = plan.spec.param_names
     nested = plan.strategy == "nested"
-    mask = ["needed"] if fn.masked else []
+    mask = ["_needed"] if fn.masked else []
     printer = _printer(fn.forward, fn.inputs, fold_sums=nested)
     guards = _forward_guards(fn, plan) if fn.masked else {}
     compute = _block_lines(fn.forward, printer, fn.inputs, guards, forward=True)
-    unpack = [f"const auto& {name} = saved[{i}];" for i, name in enumerate(fn.saved)]
+    unpack = [f"const auto& {name} = _saved[{i}];" for i, name in enumerate(fn.saved)]
     unpack += [f"double {p} = ctx->saved_data[\"{p}\"].toDouble();" for p in params]
-    unpack += [f"auto {c} = grad_outputs[{i}];" for i, c in enumerate(fn.cotangents)]
+    unpack += [f"auto {c} = _grad_outputs[{i}];" for i, c in enumerate(fn.cotangents)]
     if fn.values or fn.masked:  # gradients are not materialized: an unused output's is undefined
         anchor = fn.differentiable_inputs[0]
-        unpack += [f"{c} = zeros_if_undefined({c}, {anchor});" for c in fn.cotangents]
+        unpack += [f"{c} = _zeros_if_undefined({c}, {anchor});" for c in fn.cotangents]
     backward, gradients = _backward(fn, plan)
     extra = ["Tensor()"] * (len(fn.constants) + len(params) + fn.masked)
     return CppFunction(
         name=fn.class_name,
         summary=fn.summary,
         parameters=", ".join([*(f"const Tensor& {x}" for x in fn.inputs), *(f"double {p}" for p in params),
-                              *(["const std::vector<bool>& needed"] if fn.masked else [])]),
+                              *(["const std::vector<bool>& _needed"] if fn.masked else [])]),
         arguments=", ".join([*fn.inputs, *params, *mask]),
         compute_lines=tuple(compute),
         outputs=", ".join(fn.outputs),
-        saved=", ".join(name if name in fn.inputs else f"outputs[{fn.outputs.index(name)}]" for name in fn.saved),
+        saved=", ".join(name if name in fn.inputs else f"_outputs[{fn.outputs.index(name)}]" for name in fn.saved),
         saved_names=fn.saved,
         params=params,
-        non_differentiable=", ".join(f"outputs[{fn.outputs.index(name)}]" for name in fn.values),
+        non_differentiable=", ".join(f"_outputs[{fn.outputs.index(name)}]" for name in fn.values),
         materialize=not (fn.values or fn.accumulations or fn.masked),
         masked=fn.masked,
         unpack_lines=tuple(unpack),
@@ -142,7 +142,7 @@ def _forward_guards(fn: FunctionPlan, plan: ModulePlan) -> dict[str, str]:
     """A masked level's results, each computed where ``needed`` (the calling level's inputs' flags) says."""
     caller = next(f for f in plan.functions if f.next_level == fn.class_name)
     order = caller.differentiable_inputs
-    return {r.name: f"needed[{order.index(r.grad_of)}]" for r in fn.forward.results if r.grad_of is not None}
+    return {r.name: f"_needed[{order.index(r.grad_of)}]" for r in fn.forward.results if r.grad_of is not None}
 
 
 def _backward(fn: FunctionPlan, plan: ModulePlan) -> tuple[list[str], list[str]]:
@@ -153,13 +153,13 @@ def _backward(fn: FunctionPlan, plan: ModulePlan) -> tuple[list[str], list[str]]
         args = [*passed, *plan.spec.param_names]
         lines = []
         if nxt.masked:
-            lines.append(f"std::vector<bool> needed = {_needed(fn)};")
-            args.append("needed")
-        lines.append(f"auto level = {nxt.class_name}::apply({', '.join(args)});")
+            lines.append(f"std::vector<bool> _needed = {_needed(fn)};")
+            args.append("_needed")
+        lines.append(f"auto _level = {nxt.class_name}::apply({', '.join(args)});")
         grads = nxt.differentiable_outputs
         if nxt.masked:  # the gradients it left out hold placeholders (see the template's forward)
-            return lines, [f"needed[{i}] ? level[{i}] : Tensor()" for i in range(len(grads))]
-        return lines, [f"level[{i}]" for i in range(len(grads))]
+            return lines, [f"_needed[{i}] ? _level[{i}] : Tensor()" for i in range(len(grads))]
+        return lines, [f"_level[{i}]" for i in range(len(grads))]
     printer = _printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=plan.strategy == "nested")
     in_scope = (*fn.cotangents, *fn.saved)
     if fn.accumulations:
@@ -167,9 +167,9 @@ def _backward(fn: FunctionPlan, plan: ModulePlan) -> tuple[list[str], list[str]]
     guards = {}
     lines = []
     if len(fn.backward.results) > 1:
-        lines.append(f"std::vector<bool> needed = {_needed(fn)};")
+        lines.append(f"std::vector<bool> _needed = {_needed(fn)};")
         order = fn.differentiable_inputs
-        guards = {r.name: f"needed[{order.index(r.grad_of)}]" for r in fn.backward.results}
+        guards = {r.name: f"_needed[{order.index(r.grad_of)}]" for r in fn.backward.results}
     lines += _block_lines(fn.backward, printer, in_scope, guards, forward=False)
     return lines, [r.name for r in fn.backward.results]
 
@@ -210,7 +210,7 @@ def _result_code(result: Result, printer: AtenPrinter, in_scope, forward: bool) 
         return f"at::zeros_like({in_scope[0]})"
     value = printer.doprint(result.expr)
     if result.broadcast:
-        return f"broadcast_all({value}, {{{', '.join(in_scope)}}})"
+        return f"_broadcast_all({value}, {{{', '.join(in_scope)}}})"
     if forward and result.expr.is_Symbol and str(result.expr) in in_scope:
         return f"{value}.clone()"
     if forward and isinstance(result.expr, sympy.Piecewise):
@@ -233,7 +233,7 @@ def _accumulation_lines(fn: FunctionPlan, printer: AtenPrinter) -> list[str]:
             name, parts = sums[grad]
             lines.append("// the constant parts apart, lest (1 + u) - (1 + v) cancel")
             lines += _summed_lines(name, parts, terms, printer)
-            lines.append(f"{grad} = accumulate({grad}, {name});")
+            lines.append(f"{grad} = _accumulate({grad}, {name});")
     return lines
 
 
@@ -241,5 +241,5 @@ def _summed_lines(total: str, contributions, terms: dict, printer: AtenPrinter) 
     lines = [f"Tensor {total};"]
     for cotangent, term in contributions:
         product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
-        lines.append(f"if ({cotangent}.defined()) {total} = accumulate({total}, {product});")
+        lines.append(f"if ({cotangent}.defined()) {total} = _accumulate({total}, {product});")
     return lines

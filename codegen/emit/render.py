@@ -27,12 +27,15 @@ from .printer import TorchPrinter
 from .text import _environment, ruff_formatted, template_dir
 
 
-def render_module(plan: ModulePlan, digest: str) -> str:
+def render_module(plan: ModulePlan, digest: str, with_op: bool = True) -> str:
     """The generated module's source.
 
     Args:
         plan: what each Function computes, saves and returns (``plan.make_plan``).
         digest: the spec's hash with the options (``Spec.digest``), for the header.
+        with_op: for a spec with ``cpp: true``, the C++ op too; False: the Python Functions alone
+            (what the build measures: the op computes the same formulas, and compiling each
+            candidate's would take seconds).
 
     Returns:
         The module's text, ruff-formatted at the spec's line length, without its seal line
@@ -46,7 +49,7 @@ def render_module(plan: ModulePlan, digest: str) -> str:
     externals = _external_entries(set().union(*(p.externals for p in printers)))
     call_args = ", ".join([*spec.inputs, *spec.param_names])
     broadcast_inputs = _unpack(spec.inputs) if len(spec.inputs) > 1 else None
-    op_source = render_cpp(plan) if spec.cpp else None
+    op_source = render_cpp(plan) if spec.cpp and with_op else None
     if op_source:
         helpers = [*helpers, "_load_op", "_python_functions_needed"]
     return ruff_formatted(_environment().get_template("module.py.jinja").render(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from helpers import build_spec, derivative_chain, sample
 
 from codegen.build import pipeline
 from codegen.errors import SpecErrors
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 # two inputs that broadcast, params at other values, a branch on an input, a clamp, several functions
 SPEC = {"name": "cpp_mix", "inputs": ["x", "y"], "order": 3, "params": {"a": 0.3, "b": 1.5}, "cpp": True,
@@ -88,40 +91,79 @@ class Forces(torch.nn.Module):
 
 
 def _second_derivative(model, positions):
+    """The energy, the forces and the gradient of the squared forces, flat (as the C++ program prints them)."""
     positions = positions.clone().requires_grad_()
     energy, forces = model(positions)
     (curvature,) = torch.autograd.grad((forces**2).sum(), positions)
-    return torch.stack([energy.expand(3), *forces, *curvature])
+    return torch.cat([energy.reshape(1), forces.flatten(), curvature.flatten()]).detach()
 
 
-def test_a_scripted_force_model_loads_in_a_fresh_process_with_the_python_forces(tmp_path):
-    module = build_spec(tmp_path, **FORCE_SPEC)
-    positions = sample((5, 3), 0, 3, seed=3)
-    saved = tmp_path / "forces.pt"
+class PythonForces(Forces):
+    """The same model through the Python Functions: the reference."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, positions):
+        pairs = torch.triu_indices(positions.shape[0], positions.shape[0], 1)
+        r = (positions[pairs[0]] - positions[pairs[1]]).pow(2).sum(-1).sqrt()
+        energy = self.module.morse_pair(r, a=1.25).sum()
+        (forces,) = torch.autograd.grad(energy, positions, create_graph=True)
+        return energy, -forces
+
+
+@pytest.fixture(scope="module")
+def force_model(tmp_path_factory):
+    """(the op's library, the scripted model's file, positions, the Python Functions' numbers)."""
+    folder = tmp_path_factory.mktemp("forces")
+    module = build_spec(folder, **FORCE_SPEC)
+    saved = folder / "forces.pt"
     torch.jit.script(Forces()).save(str(saved))
+    positions = sample((5, 3), 0, 3, seed=3).detach()
+    op, module._OP = module._OP, None
+    expected = _second_derivative(PythonForces(module), positions)
+    module._OP = op
+    return module.OP_LIBRARY, saved, positions, expected
 
-    class PythonForces(torch.nn.Module):
-        def forward(self, positions):
-            i, j = torch.triu_indices(positions.shape[0], positions.shape[0], 1)
-            r = (positions[i] - positions[j]).pow(2).sum(-1).sqrt()
-            energy = module.morse_pair(r, a=1.25).sum()
-            (forces,) = torch.autograd.grad(energy, positions, create_graph=True)
-            return energy, -forces
 
-    module._OP = None  # the Python Functions: the reference
-    expected = _second_derivative(PythonForces(), positions.double())
+def test_a_scripted_force_model_loads_in_a_fresh_process_with_the_python_forces(force_model, tmp_path):
+    library, saved, positions, expected = force_model
     torch.save(positions, tmp_path / "positions.pt")
     script = textwrap.dedent(f"""
         import torch
-        torch.ops.load_library({module.OP_LIBRARY!r})
+        torch.ops.load_library({library!r})
         model = torch.jit.load({str(saved)!r})
-        positions = torch.load({str(tmp_path / 'positions.pt')!r}).double().requires_grad_()
+        positions = torch.load({str(tmp_path / 'positions.pt')!r}).requires_grad_()
         energy, forces = model(positions)
         (curvature,) = torch.autograd.grad((forces**2).sum(), positions)
-        torch.save(torch.stack([energy.expand(3), *forces, *curvature]).detach(), {str(tmp_path / 'got.pt')!r})
+        got = torch.cat([energy.reshape(1), forces.flatten(), curvature.flatten()]).detach()
+        torch.save(got, {str(tmp_path / 'got.pt')!r})
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
-    torch.testing.assert_close(torch.load(tmp_path / "got.pt"), expected.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.load(tmp_path / "got.pt"), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_a_cpp_program_runs_the_scripted_force_model_with_the_python_forces(force_model, tmp_path):
+    """tests/fixtures/cpp/forces.cpp, built against the installed libtorch: dlopen the op's library,
+    torch::jit::load the model, forces and a second derivative through torch::autograd::grad."""
+    from torch.utils import cpp_extension
+
+    library, saved, positions, expected = force_model
+    program = tmp_path / "forces"
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    command = ["c++", "-std=c++17", "-O1", str(FIXTURES / "cpp" / "forces.cpp"), "-o", str(program),
+               f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-I{path}" for path in cpp_extension.include_paths()),
+               *(f"-L{path}" for path in cpp_extension.library_paths()),
+               *(f"-Wl,-rpath,{path}" for path in cpp_extension.library_paths()),
+               "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
+    subprocess.run(command, check=True, timeout=600)
+    (tmp_path / "positions.txt").write_text("\n".join(repr(v) for v in positions.flatten().tolist()))
+    run = subprocess.run([str(program), library, str(saved), str(tmp_path / "positions.txt")],
+                         check=True, capture_output=True, text=True, timeout=300)
+    got = torch.tensor([float(line) for line in run.stdout.split()], dtype=torch.float64)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_without_a_compiler_the_python_functions_run_after_one_warning(tmp_path, monkeypatch):
@@ -138,9 +180,17 @@ def test_without_a_compiler_the_python_functions_run_after_one_warning(tmp_path,
     torch.testing.assert_close(grad, 2 * 1.5 * torch.exp(-1.5 * (r - 1.1)) * (1 - torch.exp(-1.5 * (r - 1.1))))
 
 
+def test_a_source_that_does_not_compile_falls_back_saying_the_compilers_error(tmp_path):
+    module = build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_broken_source"))
+    with pytest.warns(UserWarning, match=r"building it failed: .*error: .*not_a_type"):
+        op, path = module._load_op("morse_broken_source_again", "not_a_type x;\n")
+    assert op is None and path is None
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"expr": "bessel_j0(x) * x"}, "cpp: true cannot compute bessel_j0 in C++ yet"),
     ({"expr": "sinh(x)", "fuse": True}, "cpp: true cannot be used with fuse: true"),
+    ({"expr": "sinh(x) * double", "params": "{double: 2.0}"}, "'double': it is a C++ keyword"),
 ])
 def test_what_the_cpp_op_cannot_compute_is_refused_on_the_cpp_line(tmp_path, extra, message):
     spec = tmp_path / "refused.yaml"
@@ -164,3 +214,39 @@ def test_the_generated_tests_of_a_cpp_spec_pass_right_after_the_build(tmp_path):
     assert "test_cpp_op_matches_the_python_functions_at_every_order" in subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(tests)],
         check=True, capture_output=True, text=True, timeout=600).stdout
+
+
+# every construct the C++ printer writes (aten.py): params' choices (?:), masks, clamps, where, special
+# functions, the norm helper, erfcx, a series branch (Horner) near a removable singularity
+CONSTRUCTS = [
+    {"name": "cpp_constructs", "inputs": ["x", "y"], "params": {"a": 0.7}, "order": 2, "cpp": True,
+     "domain": {"x": [-2, 2], "y": [0.5, 2]},
+     "outputs": {
+         "angles": "atan2(x, y) * sqrt(x**2 + y**2)",
+         "sums": "log(exp(x) + exp(y)) + xlogy(x**2, y**2 + 1)",
+         "gammas": "erfinv(tanh(x)/2) + lgamma(y**2 + 1) + digamma(x**2 + 2) + polygamma(1, y**2 + 1)",
+         "choices": "where(x > a, abs(x)**a, 1/(1 + x**2)) + clamp(x, -a, a) * relu(y) + max(x, y) * min(x, 0.5)",
+         "removable": "sin(x)/x + expm1(y)/y",
+         "tails": "log(cosh(x - y)) + exp(-x**2) * erfc(y) + softplus(a*x) * sigmoid(y) + where(x > 0, y**3, -y**3)",
+         "roots": "(x**2 + 1)**(1/3) * exp(a) + asinh(x) * atan(y) + erf(x*y) + cos(a*y)**2"}},
+    {"name": "cpp_more_constructs", "inputs": ["x", "y", "z"], "order": 2, "cpp": True,
+     "domain": {"x": [-2, 2], "y": [0.5, 2], "z": [-2, 2]},
+     "outputs": {"distance": "sqrt(x**2 + y**2 + z**2)", "probit": "log(erfc(-x/sqrt(2))/2)",
+                 "removable": "(1 - cos(x))/x**2 + (exp(z) - 1 - z)/z**2"}},
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", CONSTRUCTS, ids=lambda spec: spec["name"])
+def test_every_construct_of_the_cpp_printer_gives_the_python_functions_numbers(tmp_path, spec, monkeypatch):
+    module = build_spec(tmp_path, **spec)
+    assert module._OP is not None
+    function = getattr(module, spec["name"])
+    inputs = [sample((40,), *spec["domain"][name], seed=i).requires_grad_() for i, name in enumerate(spec["inputs"])]
+    for params in ({}, *(({"a": 1.3}, {"a": -0.4}) if "params" in spec else ())):
+        through_op = derivative_chain(function, inputs, 2, 5, params)
+        monkeypatch.setattr(module, "_OP", None)
+        in_python = derivative_chain(function, inputs, 2, 5, params)
+        monkeypatch.undo()
+        for level, (got, want) in enumerate(zip(through_op, in_python)):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m, k=level: f"order {k}: {m}")
