@@ -58,6 +58,7 @@ def generate(
     tests: TestsLayout | None = None,
     line_length: int | None = None,
     strict: bool = False,
+    cpp: bool = False,
 ) -> dict[str, str]:
     """Every spec under ``specs_path`` generated: its module and test files, all or nothing.
 
@@ -79,6 +80,7 @@ def generate(
         line_length: what the code is wrapped and formatted to; None: the project's
             (``config.line_length`` from ``root``, else the current folder).
         strict: ``--strict``: an accuracy warning is a problem, and nothing is generated.
+        cpp: True (``--cpp``) sets ``cpp: true`` on every spec.
 
     Returns:
         Relative output path -> file content (headers sealed), for ``write.commit``.
@@ -94,8 +96,8 @@ def generate(
             raise
         load_specs(paths, root, check_expr=True)  # raises again, now with every expression's problems too
         raise
-    if fuse:
-        specs = [dataclasses.replace(spec, fuse=True) for spec in specs]
+    options = {**({"fuse": True} if fuse else {}), **({"cpp": True} if cpp else {})}
+    specs = [dataclasses.replace(spec, **options) for spec in specs]
     if line_length is None:
         line_length = config.line_length(root)
     if line_length != DEFAULT_LINE_LENGTH:
@@ -154,7 +156,8 @@ def _generate_noting(spec: Spec, rewrite: bool, limits: bounds.Limits) -> tuple[
     try:
         module = render_module(plan, digest)
     except CppUnsupported as refused:
-        raise SpecErrors([spec.problem("cpp", f"cpp: true cannot compute {refused} in C++ yet; remove cpp")]) from None
+        how = "remove cpp" if "cpp" in dict(spec.lines) else "build this spec without --cpp (or cpp in [tool.dbgen])"
+        raise SpecErrors([spec.problem("cpp", f"cpp: true cannot compute {refused} in C++ yet; {how}")]) from None
     # what is measured: the Python Functions (a C++ op's, the same formulas, is compiled on import)
     python_only = render_module(plan, digest, with_op=False) if spec.cpp else module
     if measured is None:  # a strategy the spec chose: measured here, outside the time limit
@@ -206,7 +209,7 @@ def spec_state(generated: Path) -> SpecState:
     above the file, nearest first. Its hash is computed as the build computed it, with the
     version the header names (so that a newer dbgen alone changes nothing here; ``dbgen check``
     tells that), the project's line length and each of the build options a digest can hold
-    (--no-rewrite, --fuse), none of which the header records apart. What the generated tests run
+    (--no-rewrite, --fuse, --cpp), none of which the header records apart. What the generated tests run
     (``test_spec_unchanged``): tests that pass against a spec edited since are no evidence."""
     try:
         first, second = generated.read_text(encoding="utf-8").split("\n", 2)[:2]
@@ -227,8 +230,8 @@ def spec_state(generated: Path) -> SpecState:
     line_length = config.line_length(root)
     if line_length != DEFAULT_LINE_LENGTH:
         spec = dataclasses.replace(spec, line_length=line_length)
-    digests = {dataclasses.replace(spec, fuse=fuse).digest(version, rewrite)
-               for fuse in {spec.fuse, True} for rewrite in (True, False)}
+    digests = {dataclasses.replace(spec, fuse=fuse, cpp=cpp).digest(version, rewrite)
+               for fuse in {spec.fuse, True} for cpp in {spec.cpp, True} for rewrite in (True, False)}
     if second.removeprefix("# spec-sha256: ") in digests:
         return SpecState("current")
     return SpecState("changed", f"{spec_path} has changed since dbgen built {generated.name} from it; run: {command}")

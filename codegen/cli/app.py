@@ -98,12 +98,12 @@ def _spec_example(path: Path) -> Path | None:
 
 
 def _settings(specs: list[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
-              tests: Path | None = None):
+              tests: Path | None = None, cpp: bool | None = None):
     """Command-line values over [tool.dbgen] in pyproject.toml over defaults; a bad table exits 2."""
     from ..spec import config
 
     try:
-        return config.resolve(specs, output, jobs, fuse, tests=tests)
+        return config.resolve(specs, output, jobs, fuse, tests=tests, cpp=cpp)
     except config.ConfigError as exc:
         console.Console().error(f"dbgen: {exc}")
         raise typer.Exit(2) from None

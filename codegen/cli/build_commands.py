@@ -49,8 +49,18 @@ def build(
         None, "--fuse/--no-fuse",
         help="Set 'fuse: true' on every spec (levels compiled into kernels). Default: fuse in pyproject.toml (tool.dbgen).",
     ),
+    cpp: bool | None = typer.Option(
+        None, "--cpp/--no-cpp",
+        help="Set 'cpp: true' on every spec (its Functions also as the C++ op torch.ops.dbgen.NAME). "
+             "Default: cpp in pyproject.toml (tool.dbgen).",
+    ),
     force: bool = typer.Option(
         False, "--force", help="Regenerate every spec, even those whose files are up to date."
+    ),
+    compile_ops: bool = typer.Option(
+        False, "--compile",
+        help="Compile each C++ op (cpp: true) now, in a fresh process, and print its library's path; a failed "
+             "compile exits 1 with the compiler's message.",
     ),
     strict: bool = typer.Option(
         False, "--strict", help="Refuse a spec whose derivatives lose more bits than the accuracy bound (else a warning)."
@@ -69,7 +79,7 @@ def build(
     from ..build import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
-    settings = _settings(specs, output, jobs, fuse, tests_out)
+    settings = _settings(specs, output, jobs, fuse, tests_out, cpp)
     specs, output, jobs, fuse = settings.specs, settings.output, _usable_jobs(settings.jobs, say), settings.fuse
     layout = pipeline.tests_layout(output, settings.tests)
     on_spec = _spec_reporter(say, specs)
@@ -79,7 +89,7 @@ def build(
         files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, jobs=jobs,
                                                line_length=settings.line_length,
                                                reuse_from=None if force else output, fuse=fuse, on_spec=on_spec,
-                                               limits=bounds, tests=layout, strict=strict))
+                                               limits=bounds, tests=layout, strict=strict, cpp=settings.cpp))
         _run(lambda: write.refuse_foreign(output, files, output.as_posix()))
         done = _io(output, lambda: write.commit(output, files, prune=prune, tests=layout.folder))  # all or nothing
     written, removed, orphans = done.written, done.removed, done.orphans
@@ -106,6 +116,25 @@ def build(
         for rel, why in sorted(kept.items()):
             say.note(f"{shown(rel)}: orphaned but {_KEPT_LONG[why]}; kept (delete it yourself when you no longer "
                      "need it)")
+    if compile_ops:
+        _compile_ops(output, files, say)
+
+
+def _compile_ops(output: Path, files: dict[str, str], say) -> None:
+    """build --compile: each module's C++ op compiled, its library's path printed; exit 1 if one fails."""
+    from ..build import compile as ahead
+
+    results = ahead.compile_ops(output, ahead.modules_with_ops(output, files))
+    for result in results:
+        where = f"{output.as_posix()}/{result.module}"
+        if result.library:
+            say.result(f"{where}: C++ op compiled: {result.library}")
+        else:
+            say.error(f"dbgen: {where}: the C++ op could not be built: {result.error}")
+    if not results:
+        say.note("dbgen: --compile: no spec has cpp: true; nothing to compile")
+    if any(result.error for result in results):
+        raise typer.Exit(1)
 
 
 # why --prune keeps an orphan (write.Orphans.kept), in a line's parentheses and in a note of its own
@@ -130,6 +159,10 @@ def check(
         None, "--fuse/--no-fuse",
         help="Compare with what 'build --fuse' writes. Default: fuse in pyproject.toml (tool.dbgen).",
     ),
+    cpp: bool | None = typer.Option(
+        None, "--cpp/--no-cpp",
+        help="Compare with what 'build --cpp' writes. Default: cpp in pyproject.toml (tool.dbgen).",
+    ),
     force: bool = typer.Option(
         False, "--force",
         help="Regenerate every spec and compare, even where the file headers vouch for them (for work on "
@@ -150,7 +183,7 @@ def check(
     from ..build import pipeline, write
 
     say = console.Console(console.level_from_flags(quiet, verbose))
-    settings = _settings(specs, output, jobs, fuse, tests_out)
+    settings = _settings(specs, output, jobs, fuse, tests_out, cpp)
     specs, output, fuse = settings.specs, settings.output, settings.fuse
     jobs = _usable_jobs(settings.jobs, say)
     layout = pipeline.tests_layout(output, settings.tests)
@@ -159,7 +192,7 @@ def check(
     files = _run(lambda: pipeline.generate(specs, root=settings.root, rewrite=not no_rewrite, fuse=fuse, on_spec=on_spec,
                                            line_length=settings.line_length, jobs=jobs,
                                            reuse_from=None if force else output,
-                                           limits=bounds, tests=layout), writes=False)
+                                           limits=bounds, tests=layout, cpp=settings.cpp), writes=False)
     report = write.stale_files(output, files)
     if not report:
         say.result(f"dbgen: {output.as_posix()}/ is up to date ({len(files)} files)")
@@ -176,6 +209,7 @@ def check(
     command = f"dbgen build {_paths_text(specs)} -o {output.as_posix()}" + (" --no-rewrite" if no_rewrite else "")
     command += f" --tests-out {settings.tests.as_posix()}" if settings.tests is not None else ""
     command += " --fuse" if fuse else ""
+    command += " --cpp" if settings.cpp else ""
     if any(state == "stale" and _kept_by_build(output / rel, files[rel]) for rel, state in report):
         command += " --force"  # only a file as dbgen wrote it that is not what it writes now
     if any(state == "orphaned" and rel not in kept_orphans for rel, state in report):

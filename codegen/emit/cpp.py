@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..plan import Block, FunctionPlan, ModulePlan, Result
+from ..spec.load import CPP_KEYWORDS
 from .aten import AtenPrinter
 from .functions import _copied_inputs, _readers
 from .text import _environment
@@ -64,6 +65,9 @@ def render_cpp(plan: ModulePlan) -> str:
         CppUnsupported: a formula uses a construct the C++ op cannot compute yet (named).
     """
     spec = plan.spec
+    keywords = sorted({*spec.inputs, *spec.param_names, *(name for name, _ in spec.outputs)} & CPP_KEYWORDS)
+    if keywords:
+        raise CppUnsupported(f"a value named {keywords[0]!r} (a C++ keyword: rename it)")
     try:
         functions = [_function(fn, plan) for fn in plan.functions]
     except NotImplementedError as refused:

@@ -9,6 +9,7 @@ ends the search, as for other Python tools). Its ``[tool.dbgen]`` table may set:
     tests = "tests/dbgen"  # --tests-out: where the generated tests go (default OUTPUT/tests)
     jobs = 2               # build --jobs
     fuse = false           # --fuse / --no-fuse
+    cpp = false            # --cpp / --no-cpp: every spec also as a C++ op (docs/guide/deployment.md)
 
 Paths are relative to the folder holding pyproject.toml, and so are the spec paths written into
 generated headers: a configured build writes the same files from any subfolder. Options given on
@@ -40,7 +41,8 @@ MAX_LINE_LENGTH = 320
 # key -> (expected Python type, what the message calls it); specs may also be a list of paths
 KEYS = {"specs": (str, "a path in quotes"), "output": (str, "a path in quotes"),
         "tests": (str, "a path in quotes"),
-        "jobs": (int, "a whole number of at least 1"), "fuse": (bool, "true or false")}
+        "jobs": (int, "a whole number of at least 1"), "fuse": (bool, "true or false"),
+        "cpp": (bool, "true or false")}
 
 
 class ConfigError(Exception):
@@ -58,7 +60,8 @@ class Settings:
     fuse: bool
     root: Path | None
     tests: Path | None = None
-    line_length: int = DEFAULT_LINE_LENGTH  # the project's ruff/Black line length (``line_length``)
+    line_length: int = DEFAULT_LINE_LENGTH
+    cpp: bool = False  # the project's ruff/Black line length (``line_length``)
 
 
 def find_pyproject(start: Path | None = None) -> Path | None:
@@ -114,7 +117,7 @@ def load(start: Path | None = None) -> tuple[Path | None, dict]:
 
 
 def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int | None, fuse: bool | None,
-            start: Path | None = None, tests: Path | None = None) -> Settings:
+            start: Path | None = None, tests: Path | None = None, cpp: bool | None = None) -> Settings:
     """Command-line values, else the project's ``[tool.dbgen]``, else dbgen's defaults."""
     root, table = load(start)
     given = (specs,) if isinstance(specs, (str, Path)) else tuple(specs or ())
@@ -139,6 +142,7 @@ def resolve(specs: Path | Sequence[Path] | None, output: Path | None, jobs: int 
         root=root,
         tests=tests if tests is not None else (project_path(root, table["tests"]) if "tests" in table else None),
         line_length=line_length(start),
+        cpp=cpp if cpp is not None else table.get("cpp", False),
     )
 
 

@@ -223,14 +223,16 @@ def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[
 
 
 # C++'s keywords and alternative tokens that are not Python keywords, lowercase as spec names are
-CPP_KEYWORDS = frozenset("""
-alignas alignof asm auto bitand bitor bool case catch char char8_t char16_t char32_t compl concept const
-consteval constexpr constinit const_cast co_await co_return co_yield decltype default delete do double
-dynamic_cast enum explicit export extern float friend goto inline int long mutable namespace new noexcept
-not_eq operator or_eq private protected public register reinterpret_cast requires short signed sizeof
-static static_assert static_cast struct switch template this thread_local throw typedef typeid typename
-union unsigned using virtual void volatile wchar_t xor xor_eq errno assert
-""".split())
+CPP_KEYWORDS = frozenset((
+    "alignas", "alignof", "asm", "auto", "bitand", "bitor", "bool", "case", "catch", "char", "char8_t", "char16_t",
+    "char32_t", "compl", "concept", "const", "consteval", "constexpr", "constinit", "const_cast", "co_await",
+    "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast", "enum", "explicit",
+    "export", "extern", "float", "friend", "goto", "inline", "int", "long", "mutable", "namespace", "new",
+    "noexcept", "not_eq", "operator", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
+    "requires", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch",
+    "template", "this", "thread_local", "throw", "typedef", "typeid", "typename", "union", "unsigned", "using",
+    "virtual", "void", "volatile", "wchar_t", "xor", "xor_eq", "errno", "assert",
+))
 
 
 def _check_cpp_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, int]) -> None:

@@ -5,6 +5,8 @@ without a compiler the Python Functions run after one warning."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import build_spec, derivative_chain, sample
+import yaml
+from helpers import build_spec, derivative_chain, run_dbgen, sample
 
 from codegen.build import pipeline
 from codegen.errors import SpecErrors
@@ -250,3 +253,45 @@ def test_every_construct_of_the_cpp_printer_gives_the_python_functions_numbers(t
         monkeypatch.undo()
         for level, (got, want) in enumerate(zip(through_op, in_python)):
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m, k=level: f"order {k}: {m}")
+
+
+def _project(tmp_path, table: str = "", **spec) -> Path:
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / f"{spec['name']}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (tmp_path / "pyproject.toml").write_text(f"[tool.dbgen]\n{table}")
+    return tmp_path
+
+
+def test_cpp_for_every_spec_from_the_command_line_or_the_table(tmp_path):
+    """--cpp and cpp = true under [tool.dbgen] set cpp: true on every spec; --no-cpp wins over the
+    table; check compares with the same option (a module built with it is current)."""
+    project = _project(tmp_path, "cpp = true\n", name="cubic", expr="x**3 - x", inputs=["x"], order=2)
+    run = run_dbgen(["build"], cwd=project)
+    assert run.returncode == 0, run.stderr
+    assert '_OP_SOURCE = r"""' in (project / "generated" / "cubic.py").read_text()
+    assert run_dbgen(["check"], cwd=project).returncode == 0
+    assert run_dbgen(["check", "--no-cpp"], cwd=project).returncode == 1
+    run = run_dbgen(["build", "--no-cpp"], cwd=project)
+    assert run.returncode == 0 and "_OP_SOURCE" not in (project / "generated" / "cubic.py").read_text()
+
+
+def test_cpp_for_a_spec_it_cannot_compute_is_refused_naming_the_option(tmp_path):
+    project = _project(tmp_path, name="bessel", expr="bessel_j0(x)", inputs=["x"], order=2)
+    run = run_dbgen(["build", "--cpp"], cwd=project)
+    assert run.returncode == 2
+    assert "specs/bessel.yaml:1: cpp: true cannot compute bessel_j0" in run.stderr
+    assert "build this spec without --cpp (or cpp in [tool.dbgen])" in run.stderr
+
+
+@pytest.mark.parametrize("compiler", ["c++", "no-such-compiler"])
+def test_build_compile_prints_each_library_or_exits_1_with_why(tmp_path, compiler):
+    project = _project(tmp_path, name=f"quartic_{compiler.replace('-', '_').strip('+_')}", expr="x**4 - x",
+                       inputs=["x"], order=2, cpp=True)
+    run = run_dbgen(["build", "--compile"], cwd=project, env={**os.environ, "CXX": compiler})
+    if compiler == "c++":
+        assert run.returncode == 0, run.stderr
+        library = re.search(r"C\+\+ op compiled: (\S+\.so)", run.stdout).group(1)
+        assert Path(library).is_file()
+    else:
+        assert run.returncode == 1
+        assert "the C++ op could not be built: " in run.stderr and "no C++ compiler (no-such-compiler)" in run.stderr
