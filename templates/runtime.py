@@ -426,7 +426,11 @@ def _load_op(name, source):
         try:
             if f"{library}.so" not in loaded:
                 cpp_extension.load_inline(
-                    library, [source], is_python_module=False, no_implicit_headers=True
+                    library,
+                    [source],
+                    extra_cflags=["-O2"],
+                    is_python_module=False,
+                    no_implicit_headers=True,
                 )
             path = next(
                 path

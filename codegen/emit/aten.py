@@ -47,8 +47,40 @@ class AtenPrinter(TorchPrinter):
         return f"{cpp_name(float_function)}({printed})"
 
     # --- arithmetic --------------------------------------------------------------------
+    # ATen's operators with a number on the left (1 - t, 2 / t) fill a tensor with the number first:
+    # three kernels where Python's torch takes one (rsub) or two (reciprocal, mul)
     def _print_Mul(self, expr):
-        return self._tanh_backward(sympy.Mul.make_args(expr)) or super(TorchPrinter, self)._print_Mul(expr)
+        parts = sympy.Mul.make_args(expr)
+        fused = self._tanh_backward(parts)
+        if fused:
+            return fused
+        denominators = [p for p in parts if p.is_Pow and p.exp.is_Number and p.exp < 0 and self.is_tensor(p.base)]
+        numerators = [p for p in parts if p not in denominators]
+        if not denominators or any(self.is_tensor(p) for p in numerators):
+            return super(TorchPrinter, self)._print_Mul(expr)
+        inverse = f"at::reciprocal({self._print(sympy.Mul(*(p.base ** -p.exp for p in denominators)))})"
+        scale = sympy.Mul(*numerators)
+        if scale in (1, -1):
+            return inverse if scale == 1 else f"-{inverse}"
+        return f"{self.parenthesize(scale, PRECEDENCE['Mul'])} * {inverse}"
+
+    def _print_Add(self, expr, order=None):
+        """A tensor sum with its numbers last (``t + 1``), or ``at::rsub(t, 1)`` for ``1 - t``."""
+        if self.fold_sums or not self.is_tensor(expr):
+            return super()._print_Add(expr, order)
+        terms = sympy.Add.make_args(expr)
+        number = sympy.Add(*(term for term in terms if not self.is_tensor(term)))
+        tensors = sympy.Add(*(term for term in terms if self.is_tensor(term)))
+        if number == 0:
+            return super()._print_Add(expr, order)
+        if not tensors.is_Add and tensors.could_extract_minus_sign():
+            return self._rsub(self._print(number), -tensors)
+        sign, magnitude = ("-", -number) if number.could_extract_minus_sign() else ("+", number)
+        code = super()._print_Add(tensors, order) if tensors.is_Add else self._print(tensors)
+        return f"{code} {sign} {self.parenthesize(magnitude, PRECEDENCE['Add'])}"
+
+    def _rsub(self, number: str, tensor) -> str:
+        return f"at::rsub({self._print(tensor)}, {number})"
 
     def _tanh_backward(self, parts) -> str | None:
         sech2 = next((part for part in parts if type(part).__name__ == "Sech2" and self.is_tensor(part)), None)
@@ -114,7 +146,7 @@ class AtenPrinter(TorchPrinter):
         if exponent == -sympy.S.Half:
             return f"at::rsqrt({self._print(base)})" if tensor else f"(1.0 / std::sqrt({self._print(base)}))"
         if exponent == -1:
-            return f"{'1' if tensor else '1.0'} / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
+            return f"at::reciprocal({self._print(base)})" if tensor else f"1.0 / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
         power = "at::pow" if tensor else "std::pow"
         exponent_code = repr(float(exponent)) if exponent.is_Rational and not exponent.is_Integer else self._print(exponent)
         return f"{power}({self._print(base)}, {exponent_code})"

@@ -148,7 +148,7 @@ class TorchPrinter(PythonCodePrinter):
         floats = sympy.Add(*(term.expr for term in terms if not term.factors))
         if floats != 0 and first.coefficient == -1 and len(first.factors) == 1:
             # 1 - t: one kernel (torch.rsub), where -t + 1 takes two
-            code = f"{self._print(floats)} - {self.parenthesize(first.factors[0], PRECEDENCE['Add'])}"
+            code = self._rsub(self._print(floats), first.factors[0])
             partial, floats = floats + first.expr, sympy.S.Zero  # partial: what ``code`` holds
         else:
             code, partial = self._print(first.expr), first.expr
@@ -160,6 +160,10 @@ class TorchPrinter(PythonCodePrinter):
             sign, magnitude = ("-", -floats) if floats.could_extract_minus_sign() else ("+", floats)
             code = f"{code} {sign} {self.parenthesize(magnitude, precedence(expr))}"
         return code
+
+    def _rsub(self, number: str, tensor) -> str:
+        """``number - tensor``: one kernel (torch.rsub)."""
+        return f"{number} - {self.parenthesize(tensor, PRECEDENCE['Add'])}"
 
     def parenthesize(self, item, level, strict=False):
         """As SymPy's, but a sum printed as one call (``torch.addcmul(...)``) needs no parentheses."""

@@ -117,10 +117,16 @@ class PythonForces(Forces):
 
 
 @pytest.fixture(scope="module")
-def force_model(tmp_path_factory):
-    """(the op's library, the scripted model's file, positions, the Python Functions' numbers)."""
+def force_folder(tmp_path_factory):
+    """A project with FORCE_SPEC built into out/ (one compile of its op for every test here)."""
     folder = tmp_path_factory.mktemp("forces")
-    module = build_spec(folder, **FORCE_SPEC)
+    return folder, build_spec(folder, **FORCE_SPEC)
+
+
+@pytest.fixture(scope="module")
+def force_model(force_folder):
+    """(the op's library, the scripted model's file, positions, the Python Functions' numbers)."""
+    folder, module = force_folder
     saved = folder / "forces.pt"
     torch.jit.script(Forces()).save(str(saved))
     positions = sample((5, 3), 0, 3, seed=3).detach()
@@ -169,22 +175,22 @@ def test_a_cpp_program_runs_the_scripted_force_model_with_the_python_forces(forc
     torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_without_a_compiler_the_python_functions_run_after_one_warning(tmp_path, monkeypatch):
-    module = build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_no_compiler"))
+def test_without_a_compiler_the_python_functions_run_after_one_warning(force_folder, monkeypatch):
+    _, module = force_folder
     monkeypatch.setenv("CXX", "no-such-compiler")
     with pytest.warns(UserWarning, match=r"no C\+\+ compiler \(no-such-compiler\)"):
-        op, path = module._load_op("morse_no_compiler_again", module._OP_SOURCE)
+        op, path = module._load_op("morse_no_compiler", module._OP_SOURCE)
     assert op is None and path is None
     monkeypatch.setattr(module, "_OP", None)
     r = sample((6,), 0.6, 4.0, seed=4).requires_grad_()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        (grad,) = torch.autograd.grad(module.morse_no_compiler(r).sum(), r)
+        (grad,) = torch.autograd.grad(module.morse_pair(r).sum(), r)
     torch.testing.assert_close(grad, 2 * 1.5 * torch.exp(-1.5 * (r - 1.1)) * (1 - torch.exp(-1.5 * (r - 1.1))))
 
 
-def test_a_source_that_does_not_compile_falls_back_saying_the_compilers_error(tmp_path):
-    module = build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_broken_source"))
+def test_a_source_that_does_not_compile_falls_back_saying_the_compilers_error(force_folder):
+    _, module = force_folder
     with pytest.warns(UserWarning, match=r"building it failed: .*error: .*not_a_type"):
         op, path = module._load_op("morse_broken_source_again", "not_a_type x;\n")
     assert op is None and path is None
@@ -206,11 +212,11 @@ def test_what_the_cpp_op_cannot_compute_is_refused_on_the_cpp_line(tmp_path, ext
     assert message in problem.message and problem.line == len(text)
 
 
-def test_the_generated_tests_of_a_cpp_spec_pass_right_after_the_build(tmp_path):
+def test_the_generated_tests_of_a_cpp_spec_pass_right_after_the_build(force_folder):
     """Among them the op's own check: every order against the Python Functions."""
-    build_spec(tmp_path, **dict(FORCE_SPEC, name="morse_generated_tests"))
-    tests = tmp_path / "out" / "tests" / "test_morse_generated_tests.py"
-    assert "def test_cpp_op" in (tmp_path / "out" / "tests" / "_dbgen_checks.py").read_text()
+    folder, _ = force_folder
+    tests = folder / "out" / "tests" / "test_morse_pair.py"
+    assert "def test_cpp_op" in (folder / "out" / "tests" / "_dbgen_checks.py").read_text()
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)],
                          check=False, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:]
