@@ -5,6 +5,7 @@ without a compiler the Python Functions run after one warning."""
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import subprocess
@@ -301,3 +302,31 @@ def test_build_compile_prints_each_library_or_exits_1_with_why(tmp_path, compile
     else:
         assert run.returncode == 1
         assert "the C++ op could not be built: " in run.stderr and "no C++ compiler (no-such-compiler)" in run.stderr
+
+
+def test_the_op_runs_no_more_kernels_than_the_python_functions(module, monkeypatch):
+    """A deterministic count of the ATen ops a third-order chain dispatches: ATen's C++ operators
+    with a number on the left (1 - t) take three kernels where Python's take one, so the printer
+    avoids them (aten.py); a nested level's placeholder for a gradient left out is one empty tensor."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    function = getattr(module, _name(module))
+    counts = {}
+    for path in ("cpp", "python"):
+        if path == "python":
+            monkeypatch.setattr(module, "_OP", None)
+        with Count() as counted:
+            derivative_chain(function, _inputs(6), 3, 6, PARAMS)
+        counts[path] = [op for op in counted.ops if op != "aten.empty.memory_format"]
+    extra = collections.Counter(counts["cpp"]) - collections.Counter(counts["python"])
+    fewer = collections.Counter(counts["python"]) - collections.Counter(counts["cpp"])
+    assert len(counts["cpp"]) <= len(counts["python"]), (extra, fewer)
