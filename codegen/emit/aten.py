@@ -82,6 +82,14 @@ class AtenPrinter(TorchPrinter):
     def _rsub(self, number: str, tensor) -> str:
         return f"at::rsub({self._print(tensor)}, {number})"
 
+    @staticmethod
+    def zeros_like(tensor: str) -> str:
+        return f"at::zeros_like({tensor})"
+
+    @staticmethod
+    def broadcast_all(value: str, tensors) -> str:
+        return f"_broadcast_all({value}, {{{', '.join(tensors)}}})"
+
     def _tanh_backward(self, parts) -> str | None:
         sech2 = next((part for part in parts if type(part).__name__ == "Sech2" and self.is_tensor(part)), None)
         tensors = [part for part in parts if part is not sech2 and self.is_tensor(part)]

@@ -19,7 +19,7 @@ import sympy
 from ..plan import Block, FunctionPlan, ModulePlan, Result
 from ..spec.load import CPP_KEYWORDS
 from .aten import AtenPrinter
-from .functions import _copied_inputs, _readers
+from .functions import _readers, _result_code
 from .text import _environment
 
 NAMESPACE = "dbgen"  # torch.ops.dbgen.NAME
@@ -206,20 +206,7 @@ def _result_lines(result: Result, printer: AtenPrinter, in_scope, forward: bool,
     if result.expr == sympy.Symbol(result.name, real=True):
         return []  # a temporary already holds it
     target = f"auto {result.name}" if declare else result.name
-    return [f"{target} = {_result_code(result, printer, in_scope, forward)};"]
-
-
-def _result_code(result: Result, printer: AtenPrinter, in_scope, forward: bool) -> str:
-    if result.expr == 0:
-        return f"at::zeros_like({in_scope[0]})"
-    value = printer.doprint(result.expr)
-    if result.broadcast:
-        return f"_broadcast_all({value}, {{{', '.join(in_scope)}}})"
-    if forward and result.expr.is_Symbol and str(result.expr) in in_scope:
-        return f"{value}.clone()"
-    if forward and isinstance(result.expr, sympy.Piecewise):
-        return printer.doprint(_copied_inputs(result.expr, {sympy.Symbol(name, real=True) for name in in_scope}))
-    return value
+    return [f"{target} = {_result_code(result, printer, in_scope, in_scope[0], forward)};"]
 
 
 def _accumulation_lines(fn: FunctionPlan, printer: AtenPrinter) -> list[str]:

@@ -424,10 +424,10 @@ def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, for
 def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> str:
     if result.expr == 0:
         # like the anchor (a cotangent where there is one): it carries torch.func's batching
-        return f"torch.zeros_like({anchor})"
+        return printer.zeros_like(anchor)
     value = printer.doprint(result.expr)
     if result.broadcast:
-        return f"_broadcast_all({value}, {', '.join(in_scope)})"
+        return printer.broadcast_all(value, in_scope)
     if forward and result.expr.is_Symbol and str(result.expr) in in_scope:
         # Not the input itself, nor a view of it: under torch.func a view must be matched by a view
         # in jvp and may alias an expanded input. A copy is simplest, and only linear terms need it.

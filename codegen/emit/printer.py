@@ -161,6 +161,15 @@ class TorchPrinter(PythonCodePrinter):
             code = f"{code} {sign} {self.parenthesize(magnitude, precedence(expr))}"
         return code
 
+    @staticmethod
+    def zeros_like(tensor: str) -> str:
+        return f"torch.zeros_like({tensor})"
+
+    @staticmethod
+    def broadcast_all(value: str, tensors) -> str:
+        """``value`` in a new tensor of ``tensors``' shape and promoted dtype (the runtime's helper)."""
+        return f"_broadcast_all({value}, {', '.join(tensors)})"
+
     def _rsub(self, number: str, tensor) -> str:
         """``number - tensor``: one kernel (torch.rsub)."""
         return f"{number} - {self.parenthesize(tensor, PRECEDENCE['Add'])}"
