@@ -11,7 +11,6 @@ FakeTensor (torch.export, torch.compile); its Autograd kernel applies the first 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import sympy
@@ -40,7 +39,6 @@ class CppFunction:
     compute_lines: tuple[str, ...]
     outputs: str
     saved: str
-    saved_names: tuple[str, ...]
     params: tuple[str, ...]
     non_differentiable: str
     materialize: bool
@@ -91,11 +89,6 @@ def render_cpp(plan: ModulePlan) -> str:
     ).rstrip() + "\n"
 
 
-def source_digest(source: str) -> str:
-    """The first 12 hex digits of the source's sha256: the compiled library's name and cache key."""
-    return hashlib.sha256(source.encode()).hexdigest()[:12]
-
-
 def _printer(block: Block, tensors, fold_sums: bool) -> AtenPrinter:
     names = set(tensors)
     for name, value in block.temporaries:
@@ -131,7 +124,6 @@ def _function(fn: FunctionPlan, plan: ModulePlan) -> CppFunction:
         compute_lines=tuple(compute),
         outputs=", ".join(fn.outputs),
         saved=", ".join(name if name in fn.inputs else f"_outputs[{fn.outputs.index(name)}]" for name in fn.saved),
-        saved_names=fn.saved,
         params=params,
         non_differentiable=", ".join(f"_outputs[{fn.outputs.index(name)}]" for name in fn.values),
         materialize=not (fn.values or fn.accumulations or fn.masked),
