@@ -64,4 +64,4 @@ def _build_cache_unless_fresh(request):
 @pytest.fixture
 def build(tmp_path):
     """Build a spec given as keyword arguments and return the imported generated module."""
-    return lambda **spec: build_spec(tmp_path, **spec)
+    return lambda limits=None, **spec: build_spec(tmp_path, limits, **spec)

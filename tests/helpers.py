@@ -19,13 +19,15 @@ from codegen.errors import SpecErrors
 _counter = itertools.count()
 
 
-def build_spec(tmp_path: Path, **spec) -> object:
-    """Write ``spec`` as YAML, build it into tmp_path/out, and import the generated module."""
+def build_spec(tmp_path: Path, limits=None, **spec) -> object:
+    """Write ``spec`` as YAML, build it into tmp_path/out (within ``limits``: codegen.limits.Limits,
+    None for the default), and import the generated module."""
     spec_dir = tmp_path / "specs"
     spec_dir.mkdir(parents=True, exist_ok=True)
     (spec_dir / f"{spec['name']}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     out = tmp_path / "out"
-    files = pipeline.generate(spec_dir / f"{spec['name']}.yaml", root=tmp_path)
+    files = pipeline.generate(spec_dir / f"{spec['name']}.yaml", root=tmp_path,
+                              **({"limits": limits} if limits is not None else {}))
     write.write_files(out, files)
     return import_path(out / f"{spec['name']}.py")
 
