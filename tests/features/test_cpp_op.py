@@ -1,6 +1,7 @@
 """cpp: true — the Functions as C++ autograd code, the op torch.ops.dbgen.NAME: the same numbers as
 the Python Functions at every order, from Python, from a TorchScript model saved and loaded in a
-fresh process, through torch.export and FakeTensor; refused where it cannot compute a function;
+fresh process, through torch.export and FakeTensor, a force model exported and compiled by
+AOTInductor; refused where it cannot compute a function;
 without a compiler the Python Functions run after one warning."""
 
 from __future__ import annotations
@@ -152,6 +153,57 @@ def test_a_scripted_force_model_loads_in_a_fresh_process_with_the_python_forces(
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     torch.testing.assert_close(torch.load(tmp_path / "got.pt"), expected, rtol=1e-12, atol=1e-12)
+
+
+class ExportableForces(torch.nn.Module):
+    """The force model as torch.export (2.13, non-strict) can trace it: torch.autograd.grad through
+    indexing, sqrt or norm leaves a fake tensor among the exported constants, so the pairs are a
+    mask over all distances and the square root a power."""
+
+    def forward(self, positions: torch.Tensor, upper: torch.Tensor):
+        squares = (positions.unsqueeze(0) - positions.unsqueeze(1)).pow(2).sum(-1)
+        r = (squares + (1 - upper)).pow(0.5)  # 1 off the pairs, lest the power's derivative be inf at 0
+        energy = (torch.ops.dbgen.morse_pair(r, a=1.25) * upper).sum()
+        (forces,) = torch.autograd.grad(energy, positions, create_graph=True)
+        return energy, -forces
+
+
+def _exported_forces(positions):
+    """The force model through torch.export (non-strict: strict export refuses torch.autograd.grad)."""
+    upper = torch.ones(positions.shape[0], positions.shape[0], dtype=positions.dtype).triu(1)
+    return torch.export.export(ExportableForces(), (positions.clone().requires_grad_(), upper), strict=False), upper
+
+
+def test_torch_export_of_the_force_model_gives_the_python_energy_and_forces(force_model):
+    _, _, positions, expected = force_model
+    exported, upper = _exported_forces(positions)
+    code = exported.graph_module.code
+    assert "torch.ops.dbgen.morse_pair.default" in code  # the energy: one node
+    assert "torch.ops.aten.expm1.default" in code  # the forces: the C++ backward's ATen ops, traced
+    energy, forces = exported.module()(positions.clone().requires_grad_(), upper)
+    got = torch.cat([energy.reshape(1), forces.flatten()]).detach()
+    torch.testing.assert_close(got, expected[: got.numel()], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_an_aotinductor_package_of_the_force_model_runs_without_the_op_library(force_model, tmp_path):
+    """AOTInductor compiles the op's forward and backward formulas into its own kernels: a fresh
+    process that never loads OP_LIBRARY runs the package and gives the Python energy and forces."""
+    _, _, positions, expected = force_model
+    exported, upper = _exported_forces(positions)
+    package = torch._inductor.aoti_compile_and_package(exported, package_path=str(tmp_path / "forces.pt2"))
+    torch.save((positions, upper), tmp_path / "inputs.pt")
+    script = textwrap.dedent(f"""
+        import torch
+        model = torch._inductor.aoti_load_package({package!r})
+        positions, upper = torch.load({str(tmp_path / 'inputs.pt')!r})
+        energy, forces = model(positions.requires_grad_(), upper)
+        assert not hasattr(torch.ops.dbgen, "morse_pair")
+        torch.save(torch.cat([energy.reshape(1), forces.flatten()]).detach(), {str(tmp_path / 'got.pt')!r})
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    got = torch.load(tmp_path / "got.pt")
+    torch.testing.assert_close(got, expected[: got.numel()], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.slow

@@ -438,8 +438,9 @@ def test_a_choice_on_choices_builds_at_order_three(build, expr):
     form, exponential in its alternations: these took over a minute before the first derivative
     (refused at the time limit). Every order matches autograd through torch.minimum/maximum.
 
-    The four-way choice takes 56-77 s of the process's CPU time (its torch threads' included, which
-    the limit counts): near the default 60 s limit, so it is built here with a limit of its own."""
+    The four-way choice takes 56-84 s of CPU time, all of it SymPy's in the main thread (measured:
+    process and thread CPU time agree): near the default 60 s limit, so it is built here with a
+    limit of its own."""
     native = {"max": torch.maximum, "min": torch.minimum, "relu": torch.relu}
     name = "choice_on_choices"
     module = build(name=name, expr=expr, inputs=["x", "y", "z"], order=3, limits=Limits(seconds=300))
