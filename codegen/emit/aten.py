@@ -15,6 +15,7 @@ from sympy.printing.precedence import PRECEDENCE
 
 from ..derive.symbolic import SumTerm
 from .printer import TorchPrinter
+from .statements import CppStatements
 
 
 def cpp_name(python_name: str) -> str:
@@ -28,7 +29,7 @@ def cpp_name(python_name: str) -> str:
     raise NotImplementedError(f"no C++ spelling of {python_name}")
 
 
-class AtenPrinter(TorchPrinter):
+class AtenPrinter(CppStatements, TorchPrinter):
     """Prints SymPy expressions as ATen C++ expressions, given which symbols hold tensors (the
     rest hold doubles: params and numbers)."""
 

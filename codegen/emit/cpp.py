@@ -18,7 +18,7 @@ import sympy
 from ..plan import Block, FunctionPlan, ModulePlan, Result
 from ..spec.load import CPP_KEYWORDS
 from .aten import AtenPrinter
-from .functions import _readers, _result_code
+from .functions import accumulation_lines, guard_split, result_code
 from .text import _environment
 
 NAMESPACE = "dbgen"  # torch.ops.dbgen.NAME
@@ -159,7 +159,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan) -> tuple[list[str], list[str]]
     printer = _printer(fn.backward, [*fn.cotangents, *fn.saved], fold_sums=plan.strategy == "nested")
     in_scope = (*fn.cotangents, *fn.saved)
     if fn.accumulations:
-        return _accumulation_lines(fn, printer), [grad for grad, _ in fn.accumulations]
+        return accumulation_lines(fn, printer), [grad for grad, _ in fn.accumulations]
     guards = {}
     lines = []
     if len(fn.backward.results) > 1:
@@ -177,20 +177,15 @@ def _needed(fn: FunctionPlan) -> str:
 def _block_lines(block: Block, printer: AtenPrinter, in_scope, guards: dict[str, str], forward: bool) -> list[str]:
     """Temporaries, then results; a result named in ``guards`` (with the temporaries only it reads)
     computed under its condition, and undefined where that is false."""
-    readers = _readers(block)
-    own = {name for name, _ in block.temporaries if readers[name] and readers[name] <= set(guards)
-           and len(readers[name]) == 1}
-    lines = [f"Tensor {r.name};" for r in block.results if r.name in guards]
-    lines += [f"auto {name} = {printer.doprint(value)};" for name, value in block.temporaries if name not in own]
-    for result in block.results:
-        if result.name not in guards:
-            lines += _result_lines(result, printer, in_scope, forward, declare=True)
-    for result in block.results:
-        if result.name in guards:
-            body = [f"auto {name} = {printer.doprint(value)};" for name, value in block.temporaries
-                    if name in own and readers[name] == {result.name}]
-            body += _result_lines(result, printer, in_scope, forward, declare=False)
-            lines += [f"if ({guards[result.name]}) {{", *(f"  {line}" for line in body), "}"]
+    always, guarded = guard_split(block, guards)
+    lines = [f"Tensor {result.name};" for result, _ in guarded]
+    lines += [printer.assign(name, printer.doprint(value)) for name, value in always.temporaries]
+    for result in always.results:
+        lines += _result_lines(result, printer, in_scope, forward, declare=True)
+    for result, own in guarded:
+        body = [printer.assign(name, printer.doprint(value)) for name, value in own.temporaries]
+        body += _result_lines(result, printer, in_scope, forward, declare=False)
+        lines += [f"if ({guards[result.name]}) {{", *(f"  {line}" for line in body), "}"]
     return lines
 
 
@@ -198,31 +193,4 @@ def _result_lines(result: Result, printer: AtenPrinter, in_scope, forward: bool,
     if result.expr == sympy.Symbol(result.name, real=True):
         return []  # a temporary already holds it
     target = f"auto {result.name}" if declare else result.name
-    return [f"{target} = {_result_code(result, printer, in_scope, in_scope[0], forward)};"]
-
-
-def _accumulation_lines(fn: FunctionPlan, printer: AtenPrinter) -> list[str]:
-    """Each gradient the sum of the terms whose cotangent arrived (undefined: that output went
-    unused), the terms' constant parts summed apart where ``fn.constant_sums`` says so."""
-    terms = {r.name: r.expr for r in fn.backward.results}
-    sums = {grad: (name, parts) for grad, name, parts in fn.constant_sums}
-    lines = [f"auto {name} = {printer.doprint(value)};" for name, value in fn.backward.temporaries]
-    for x, (grad, contributions) in zip(fn.inputs, fn.accumulations):
-        if not contributions and grad not in sums:
-            lines.append(f"auto {grad} = at::zeros_like({x});")
-            continue
-        lines += _summed_lines(grad, contributions, terms, printer)
-        if grad in sums:
-            name, parts = sums[grad]
-            lines.append("// the constant parts apart, lest (1 + u) - (1 + v) cancel")
-            lines += _summed_lines(name, parts, terms, printer)
-            lines.append(f"{grad} = _accumulate({grad}, {name});")
-    return lines
-
-
-def _summed_lines(total: str, contributions, terms: dict, printer: AtenPrinter) -> list[str]:
-    lines = [f"Tensor {total};"]
-    for cotangent, term in contributions:
-        product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
-        lines.append(f"if ({cotangent}.defined()) {total} = _accumulate({total}, {product});")
-    return lines
+    return [f"{target} = {result_code(result, printer, in_scope, in_scope[0], forward)};"]

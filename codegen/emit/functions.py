@@ -275,7 +275,7 @@ def _backward(fn: FunctionPlan, plan: ModulePlan, printers: list[TorchPrinter]):
     printer.name_for = _fold_names(fn, plan) if not fn.accumulations else None  # no line before an `if`
     printers.append(printer)
     if fn.accumulations:
-        lines += _accumulation_lines(fn, printer)
+        lines += accumulation_lines(fn, printer)
         return lines, ", ".join([*(grad for grad, _ in fn.accumulations), *nones])
     in_scope = (*fn.cotangents, *fn.saved)
     if len(fn.backward.results) > 1 and not plan.spec.fuse:
@@ -312,22 +312,31 @@ def _guarded_lines(block: Block, guards: dict[str, str], printer: TorchPrinter, 
     result reads is computed under that result's ``if``; the results without a guard (values a
     nested level passes on) are always computed.
     """
-    readers = _readers(block)
-    guarded = [r for r in block.results if r.name in guards]
-    always = [r for r in block.results if r.name not in guards]
+    always, guarded = guard_split(block, guards)
     anchor = in_scope[0]
-    lines = [f"{' = '.join(r.name for r in guarded)} = None"]
-    shared = [(name, value) for name, value in block.temporaries
-              if len(readers[name]) > 1 or readers[name] - set(guards)]
-    lines += _block_lines(Block(tuple(shared), tuple(always)), printer, in_scope, anchor, forward)
-    for result in guarded:
-        own = [(name, value) for name, value in block.temporaries if readers[name] == {result.name}]
+    lines = [f"{' = '.join(result.name for result, _ in guarded)} = None"]
+    lines += _block_lines(always, printer, in_scope, anchor, forward)
+    for result, own in guarded:
         printer.new_scope()
-        body = _block_lines(Block(tuple(own), (result,)), printer, in_scope, anchor, forward)
+        body = _block_lines(own, printer, in_scope, anchor, forward)
         lines.append(f"if {guards[result.name]}:")
         lines += [f"    {line}" for line in body]
     printer.new_scope()
     return lines
+
+
+def guard_split(block: Block, guards) -> tuple[Block, list[tuple[Result, Block]]]:
+    """``block`` split for guarded results (the names in ``guards``): the part always computed (the
+    temporaries more than one result or an unguarded result reads, and the unguarded results), and
+    for each guarded result its own part (the temporaries only it reads, and it)."""
+    readers = _readers(block)
+    shared = tuple((name, value) for name, value in block.temporaries
+                   if len(readers[name]) > 1 or readers[name] - set(guards))
+    always = Block(shared, tuple(r for r in block.results if r.name not in guards))
+    guarded = [(result, Block(tuple((name, value) for name, value in block.temporaries
+                                    if readers[name] == {result.name}), (result,)))
+               for result in block.results if result.name in guards]
+    return always, guarded
 
 
 def _readers(block: Block) -> dict[str, set[str]]:
@@ -344,39 +353,30 @@ def _readers(block: Block) -> dict[str, set[str]]:
     return readers
 
 
-def _accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
-    """Each gradient as the sum of the terms whose cotangent arrived (None: that output went unused),
-    the terms' constant parts summed apart where ``fn.constant_sums`` says so."""
+def accumulation_lines(fn: FunctionPlan, printer: TorchPrinter) -> list[str]:
+    """Each gradient as the sum of the terms whose cotangent arrived (None, or undefined in C++: that
+    output went unused), the terms' constant parts summed apart where ``fn.constant_sums`` says so.
+    Python and C++ alike: the printer spells each statement."""
     terms = {r.name: r.expr for r in fn.backward.results}
     sums = {grad: (name, parts) for grad, name, parts in fn.constant_sums}
-    lines = [f"{name} = {printer.doprint(value)}" for name, value in fn.backward.temporaries]
+    lines = [printer.assign(name, printer.doprint(value)) for name, value in fn.backward.temporaries]
     for x, (grad, contributions) in zip(fn.inputs, fn.accumulations):
         if not contributions and grad not in sums:  # no output depends on x; the cotangents may all be None
-            lines.append(f"{grad} = torch.zeros_like({x})")
+            lines.append(printer.assign(grad, printer.zeros_like(x)))
             continue
-        lines += _summed_lines(grad, contributions, terms, printer)
+        lines += printer.sum_present(grad, _products(contributions, terms, printer))
         if grad in sums:
             name, parts = sums[grad]
-            lines.append("# the constant parts apart, lest (1 + u) - (1 + v) cancel")
-            lines += _summed_lines(name, parts, terms, printer)
-            if contributions:
-                lines += [f"if {name} is not None:", f"    {grad} = _accumulate({grad}, {name})"]
-            else:
-                lines.append(f"{grad} = {name}")
+            lines.append(printer.comment("the constant parts apart, lest (1 + u) - (1 + v) cancel"))
+            lines += printer.sum_present(name, _products(parts, terms, printer))
+            lines += printer.add_present(grad, name, bool(contributions))
     return lines
 
 
-def _summed_lines(total: str, contributions, terms: dict, printer: TorchPrinter) -> list[str]:
-    """``total`` = the sum of cotangent * term over the contributions whose cotangent is not None."""
-    lines = []
-    for position, (cotangent, term) in enumerate(contributions):
-        product = printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term])
-        if position == 0:
-            lines.append(f"{total} = None if {cotangent} is None else {product}")
-        else:
-            lines.append(f"if {cotangent} is not None:")
-            lines.append(f"    {total} = _accumulate({total}, {product})")
-    return lines
+def _products(contributions, terms: dict, printer: TorchPrinter) -> list[tuple[str, str]]:
+    """(cotangent, the printed cotangent * term) of each contribution."""
+    return [(cotangent, printer.doprint(sympy.Symbol(cotangent, real=True) * terms[term]))
+            for cotangent, term in contributions]
 
 
 def _compile_choice(fn: FunctionPlan) -> str:
@@ -416,12 +416,12 @@ def _block_lines(block: Block, printer: TorchPrinter, in_scope, anchor: str, for
         lines += [*printer.take_hoisted(), f"{name} = {code}"]
     for result in block.results:
         if result.expr != sympy.Symbol(result.name, real=True):  # else a temporary already holds it
-            code = _result_code(result, printer, in_scope, anchor, forward)
+            code = result_code(result, printer, in_scope, anchor, forward)
             lines += [*printer.take_hoisted(), f"{result.name} = {code}"]
     return lines
 
 
-def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> str:
+def result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, forward: bool) -> str:
     if result.expr == 0:
         # like the anchor (a cotangent where there is one): it carries torch.func's batching
         return printer.zeros_like(anchor)
@@ -438,7 +438,7 @@ def _result_code(result: Result, printer: TorchPrinter, in_scope, anchor: str, f
 
 
 def _copied_inputs(expr: sympy.Expr, inputs: set) -> sympy.Expr:
-    """A choice whose branches that are an input itself are copies of it (see _result_code)."""
+    """A choice whose branches that are an input itself are copies of it (see result_code)."""
     if expr in inputs:
         return Copy(expr)
     if not isinstance(expr, sympy.Piecewise) or any(arg.cond.free_symbols & inputs for arg in expr.args):

@@ -20,6 +20,7 @@ from ..derive.symbolic import SumTerm
 from ..language.external import UserExternBase
 from ..language.formula import oriented
 from ..language.registry import REGISTRY
+from .statements import PythonStatements
 
 INT64_LIMIT = 2**63  # a Python int scalar torch takes lies in [-2**63, 2**63)
 # The largest magnitude a Python float may have to be a where()/clamp() operand of any float
@@ -40,7 +41,7 @@ class Copy(sympy.Function):
     nargs = 1
 
 
-class TorchPrinter(PythonCodePrinter):
+class TorchPrinter(PythonStatements, PythonCodePrinter):
     """Prints SymPy expressions as torch code, given which symbols hold tensors."""
 
     printmethod = "_torchcode"
