@@ -4,8 +4,9 @@
 
 Each spec of specs/ is built with ``cpp: true`` into a temporary folder and its op compiled (about
 20 s each, cached after). The step: the value's gradient with create_graph=True, then the gradient
-of its squares (a force-matching loss's shape), float32, one thread, the best of seven runs of 50;
-and the ATen ops one step dispatches (a deterministic count). Ratios only: timings on a shared
+of its squares (a force-matching loss's shape), float32, one thread, the median of nine samples,
+the three interleaved (``dbgen bench``'s clock);
+and the ATen ops that run a kernel in one step (``dbgen bench``'s deterministic count). Ratios only: timings on a shared
 machine are noisy. Run from the repository root.
 """
 
@@ -13,32 +14,22 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import math
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import yaml
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from codegen.build import pipeline, write
-
-
-class _Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
+from codegen.tools.bench.measure import count_ops, median_times
 
 
 def step(fn: Callable, x: torch.Tensor) -> torch.Tensor:
@@ -47,17 +38,11 @@ def step(fn: Callable, x: torch.Tensor) -> torch.Tensor:
     return second
 
 
-def best_time(fn: Callable, x: torch.Tensor) -> float:
-    """Microseconds of one step: the best of seven runs of 50, after 20 to warm up."""
-    for _ in range(20):
-        step(fn, x)
-    best = float("inf")
-    for _ in range(7):
-        start = time.perf_counter()
-        for _ in range(50):
-            step(fn, x)
-        best = min(best, (time.perf_counter() - start) / 50)
-    return best * 1e6
+def measure(variants: dict[str, Callable], x: torch.Tensor) -> tuple[dict[str, float], dict[str, int]]:
+    """Each variant's step: microseconds (the median of nine samples, interleaved) and kernel ops."""
+    steps = {label: functools.partial(step, fn, x) for label, fn in variants.items()}
+    times = median_times(steps, repeats=9)
+    return {label: seconds * 1e6 for label, seconds in times.items()}, {label: count_ops(s) for label, s in steps.items()}
 
 
 def built(name: str, folder: Path):
@@ -71,6 +56,19 @@ def built(name: str, folder: Path):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module, spec
+
+
+def _python_functions(module, function: Callable) -> Callable:
+    """``function`` with the module's op set aside for the call: its Python Functions."""
+
+    def call(x):
+        op, module._OP = module._OP, None
+        try:
+            return function(x)
+        finally:
+            module._OP = op
+
+    return call
 
 
 def _composed(test_file: Path) -> Callable:
@@ -88,27 +86,20 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,4096,65536")
     options = parser.parse_args()
     torch.set_num_threads(1)
-    print("spec, size: C++ op / Python Functions / composed (us a step) | ops a step (C++, Python)")
+    print("spec, size: C++ op / Python Functions / composed (us a step) | kernel ops a step (C++, Python, composed)")
     with tempfile.TemporaryDirectory() as folder:
         for name in options.specs.split(","):
             module, spec = built(name, Path(folder))
             (lo, hi) = spec.get("domain", {}).get(spec["inputs"][0], (-2.0, 2.0))
-            function, op = getattr(module, spec["name"]), module._OP
+            function = getattr(module, spec["name"])
+            python = _python_functions(module, function)
             composed = _composed(Path(folder) / "out" / "tests" / f"test_{spec['name']}.py")
             for size in map(int, options.sizes.split(",")):
                 x = (lo + (hi - lo) * torch.rand(size)).requires_grad_()
-                times, ops = {}, {}
-                for path in ("cpp", "python"):
-                    module._OP = op if path == "cpp" else None
-                    times[path] = best_time(function, x)
-                    with _Count() as counted:
-                        step(function, x)
-                    ops[path] = counted.ops
-                module._OP = op
-                times["composed"] = best_time(composed, x)
+                times, ops = measure({"cpp": function, "python": python, "composed": composed}, x)
                 print(f"{name}, {size}: {times['cpp']:.0f} / {times['python']:.0f} / {times['composed']:.0f} "
                       f"(C++ {times['cpp'] / times['python']:.2f}x Python, {times['cpp'] / times['composed']:.2f}x "
-                      f"composed) | {ops['cpp']}, {ops['python']}")
+                      f"composed) | {ops['cpp']}, {ops['python']}, {ops['composed']}")
 
 
 if __name__ == "__main__":

@@ -209,7 +209,8 @@ def test_an_aotinductor_package_of_the_force_model_runs_without_the_op_library(f
 @pytest.mark.slow
 def test_a_cpp_program_runs_the_scripted_force_model_with_the_python_forces(force_model, tmp_path):
     """tests/fixtures/cpp/forces.cpp, built against the installed libtorch: dlopen the op's library,
-    torch::jit::load the model, forces and a second derivative through torch::autograd::grad."""
+    torch::jit::load the model, forces and a second derivative through torch::autograd::grad. Then
+    as a host that knows nothing of dbgen (LAMMPS's pair styles): the library through LD_PRELOAD."""
     from torch.utils import cpp_extension
 
     library, saved, positions, expected = force_model
@@ -222,10 +223,12 @@ def test_a_cpp_program_runs_the_scripted_force_model_with_the_python_forces(forc
                "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
     subprocess.run(command, check=True, timeout=600)
     (tmp_path / "positions.txt").write_text("\n".join(repr(v) for v in positions.flatten().tolist()))
-    run = subprocess.run([str(program), library, str(saved), str(tmp_path / "positions.txt")],
-                         check=True, capture_output=True, text=True, timeout=300)
-    got = torch.tensor([float(line) for line in run.stdout.split()], dtype=torch.float64)
-    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    preloaded = {**os.environ, "LD_PRELOAD": library, "LD_LIBRARY_PATH": ":".join(cpp_extension.library_paths())}
+    for argument, env in ((library, None), ("-", preloaded)):
+        run = subprocess.run([str(program), argument, str(saved), str(tmp_path / "positions.txt")],
+                             check=True, capture_output=True, text=True, timeout=300, env=env)
+        got = torch.tensor([float(line) for line in run.stdout.split()], dtype=torch.float64)
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_without_a_compiler_the_python_functions_run_after_one_warning(force_folder, monkeypatch):
