@@ -186,6 +186,18 @@ def test_torch_export_of_the_force_model_gives_the_python_energy_and_forces(forc
 
 
 @pytest.mark.slow
+def test_torch_compile_of_the_force_model_gives_the_python_energy_and_forces(force_model):
+    """Dynamo stops its graph at torch.autograd.grad, which runs eagerly through the op's C++
+    backward; a double backward through a compiled region torch.compile refuses for any function
+    (documented)."""
+    _, _, positions, expected = force_model
+    upper = torch.ones(positions.shape[0], positions.shape[0], dtype=positions.dtype).triu(1)
+    energy, forces = torch.compile(ExportableForces())(positions.clone().requires_grad_(), upper)
+    got = torch.cat([energy.reshape(1), forces.flatten()]).detach()
+    torch.testing.assert_close(got, expected[: got.numel()], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
 def test_an_aotinductor_package_of_the_force_model_runs_without_the_op_library(force_model, tmp_path):
     """AOTInductor compiles the op's forward and backward formulas into its own kernels: a fresh
     process that never loads OP_LIBRARY runs the package and gives the Python energy and forces."""
