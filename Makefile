@@ -3,7 +3,8 @@
 #   make test    -> the same set-up, then the fast tests: all but those marked slow, in parallel
 #                   (pytest-xdist), the property tests at a tenth of their budget, one strategy per
 #                   case
-#   make test-all-> every test, slow ones and full property budgets included (what CI runs after)
+#   make test-all-> every test, slow ones and full property budgets included
+#   make test-rest-> what `make test` left out of test-all (what CI runs after it)
 # Both run the dbgen command in the tests' own processes (tests/helpers.py run_dbgen), each command
 # once in a fresh process too; DBGEN_TEST_CLI=subprocess runs every call in a fresh process.
 PYTHON ?= python3
@@ -21,7 +22,7 @@ PYTEST := $(BIN)/python -m pytest -n $(JOBS) --dist worksteal --durations=10
 BUILD_CACHE ?= .pytest_cache/dbgen-builds
 export DBGEN_TEST_BUILD_CACHE ?= $(BUILD_CACHE)
 
-.PHONY: build test test-all check clean docs
+.PHONY: build test test-all test-rest check clean docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +43,12 @@ test: $(VENV)/.installed
 
 test-all: $(VENV)/.installed
 	$(PYTEST)
+
+# What `make test` leaves out: the slow tests, and the tests whose examples follow the hypothesis
+# profile at the full budget (`make test` runs them at a tenth). `make test` then `make test-rest`
+# runs what `make test-all` runs (CI does), without the fast tests twice.
+test-rest: $(VENV)/.installed
+	$(PYTEST) -m "slow or budgeted"
 
 # The documentation site, warnings as errors, into site/ (offline: no fonts or plugins fetched).
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml

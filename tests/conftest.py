@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import build_cache
 import pytest
@@ -31,6 +32,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 _cache_folder = None
+
+
+# A test file whose text matches this draws examples by the hypothesis profile (directly, or
+# through random_trees' or helpers' budget): its tests run again at the full budget in
+# `make test-rest`, after `make test`'s tenth. A file's text, not a test's: a superset is safe.
+_BUDGETED = re.compile(r"hypothesis|random_trees|scaled\(|run_shard\(|settings\.default")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items):
+    """The ``budgeted`` marker on every test of a file that draws examples by the profile."""
+    budgeted: dict[str, bool] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in budgeted:
+            budgeted[path] = bool(_BUDGETED.search(item.path.read_text(encoding="utf-8")))
+        if budgeted[path]:
+            item.add_marker(pytest.mark.budgeted)
 
 
 def pytest_configure(config):
