@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import sympy
 
 from ..plan import Block, FunctionPlan, ModulePlan, Result
-from ..spec.load import CPP_KEYWORDS
+from ..spec.cpp_names import CPP_RESERVED, why_reserved
 from .aten import AtenPrinter
 from .functions import accumulation_lines, guard_split, result_code
 from .text import _environment
@@ -63,9 +63,9 @@ def render_cpp(plan: ModulePlan) -> str:
         CppUnsupported: a formula uses a construct the C++ op cannot compute yet (named).
     """
     spec = plan.spec
-    keywords = sorted({*spec.inputs, *spec.param_names, *(name for name, _ in spec.outputs)} & CPP_KEYWORDS)
-    if keywords:
-        raise CppUnsupported(f"a value named {keywords[0]!r} (a C++ keyword: rename it)")
+    reserved = sorted({*spec.inputs, *spec.param_names, *(name for name, _ in spec.outputs)} & CPP_RESERVED)
+    if reserved:
+        raise CppUnsupported(f"a value named {reserved[0]!r} ({why_reserved(reserved[0])}: rename it)")
     try:
         functions = [_function(fn, plan) for fn in plan.functions]
     except NotImplementedError as refused:

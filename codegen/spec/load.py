@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import Problem, SpecErrors, did_you_mean
+from .cpp_names import CPP_RESERVED, why_reserved
 from .fields import (
     _UNDEFINED_RE,
     _explicit_domain,
@@ -223,16 +224,6 @@ def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[
 
 
 # C++'s keywords and alternative tokens that are not Python keywords, lowercase as spec names are
-CPP_KEYWORDS = frozenset((
-    "alignas", "alignof", "asm", "auto", "bitand", "bitor", "bool", "case", "catch", "char", "char8_t", "char16_t",
-    "char32_t", "compl", "concept", "const", "consteval", "constexpr", "constinit", "const_cast", "co_await",
-    "co_return", "co_yield", "decltype", "default", "delete", "do", "double", "dynamic_cast", "enum", "explicit",
-    "export", "extern", "float", "friend", "goto", "inline", "int", "long", "mutable", "namespace", "new",
-    "noexcept", "not_eq", "operator", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
-    "requires", "short", "signed", "sizeof", "static", "static_assert", "static_cast", "struct", "switch",
-    "template", "this", "thread_local", "throw", "typedef", "typeid", "typename", "union", "unsigned", "using",
-    "virtual", "void", "volatile", "wchar_t", "xor", "xor_eq", "errno", "assert",
-))
 
 
 def _check_cpp_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, int]) -> None:
@@ -247,8 +238,8 @@ def _check_cpp_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, 
     line = lines.get("cpp", 1)
     named = [*(fields.get("inputs") or ()), *(name for name, _ in fields.get("params") or ()),
              *(name for name, _ in fields.get("outputs") or ())]
-    for name in sorted({name for name in named if name in CPP_KEYWORDS}):
-        reader.fail(line, f"cpp: true cannot name a value '{name}': it is a C++ keyword; rename it")
+    for name in sorted({name for name in named if name in CPP_RESERVED}):
+        reader.fail(line, f"cpp: true cannot name a value '{name}': it is {why_reserved(name)}; rename it")
     if fields.get("fuse"):
         reader.fail(line, "cpp: true cannot be used with fuse: true (the C++ op runs eagerly); remove one of them")
     names = sorted({type(node).language or type(node).__name__ for expr in parsed for node in expr.atoms(SpecialFunctionBase)}

@@ -268,6 +268,7 @@ def test_a_source_that_does_not_compile_falls_back_saying_the_compilers_error(fo
     ({"expr": "bessel_j0(x) * x"}, "cpp: true cannot compute bessel_j0 in C++ yet"),
     ({"expr": "sinh(x)", "fuse": True}, "cpp: true cannot be used with fuse: true"),
     ({"expr": "sinh(x) * double", "params": "{double: 2.0}"}, "'double': it is a C++ keyword"),
+    ({"expr": "sinh(x) * EOF", "params": "{EOF: 2.0}"}, "'EOF': it is a macro of the C++ headers the op includes"),
 ])
 def test_what_the_cpp_op_cannot_compute_is_refused_on_the_cpp_line(tmp_path, extra, message):
     spec = tmp_path / "refused.yaml"
@@ -327,6 +328,30 @@ def test_every_construct_of_the_cpp_printer_gives_the_python_functions_numbers(t
         monkeypatch.undo()
         for level, (got, want) in enumerate(zip(through_op, in_python)):
             torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=lambda m, k=level: f"order {k}: {m}")
+
+
+# C++ names the op's source uses or includes, which a value may still take (cpp_names.py refuses the rest)
+USED_NAMES = ["compute", "apply", "forward", "at", "std", "c10", "m", "int64_t", "main", "vector", "Function"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["nested", "save_inputs"])
+def test_values_named_as_the_op_source_names_things_compile_and_give_the_python_numbers(tmp_path, strategy,
+                                                                                       monkeypatch):
+    """A param named compute shadowed the Function's own compute (called unqualified): the op did not build."""
+    name = f"named_{strategy}"
+    spec = {"name": name, "inputs": ["x"], "order": 2, "cpp": True, "strategy": strategy,
+            "params": {p: 0.1 * (i + 1) for i, p in enumerate(USED_NAMES)},
+            "expr": f"exp(-compute * x**2) * ({' + '.join(USED_NAMES)}) + sin(at * x)"}
+    module = build_spec(tmp_path, **spec)
+    assert module._OP is not None
+    inputs = [sample((30,), -2, 2, seed=4).requires_grad_()]
+    other = {"compute": 0.7, "at": -1.3}
+    through_op = derivative_chain(getattr(module, name), inputs, 2, 1, other)
+    monkeypatch.setattr(module, "_OP", None)
+    in_python = derivative_chain(getattr(module, name), inputs, 2, 1, other)
+    for got, want in zip(through_op, in_python):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
 def _project(tmp_path, table: str = "", **spec) -> Path:
