@@ -81,6 +81,7 @@ def render_cpp(plan: ModulePlan) -> str:
         entry=functions[0],
         parameters=", ".join([*(f"const Tensor& {x}" for x in inputs), *(f"double {p}" for p in spec.param_names)]),
         inputs=inputs,
+        input_names=", ".join(f'"{x}"' for x in inputs),
         call_args=", ".join([*(f"_inputs[{i}]" for i in range(len(inputs))), *spec.param_names]),
         result_type="Tensor" if single else f"std::tuple<{', '.join(['Tensor'] * returned)}>",
         returned=[f"_outputs[{i}]" for i in range(returned)],

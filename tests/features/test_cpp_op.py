@@ -243,6 +243,25 @@ def test_a_cpp_program_runs_the_scripted_force_model_with_the_python_forces(forc
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128, torch.quint8])
+def test_the_op_refuses_what_the_python_function_refuses(force_folder, dtype):
+    """Called directly (TorchScript, C++), the op kept a complex input's real part (with a warning)."""
+    _, module = force_folder
+    values = torch.tensor([1.5, 2.0], dtype=torch.float32)
+    tensor = torch.quantize_per_tensor(values, 0.1, 0, dtype) if dtype == torch.quint8 else values.to(dtype)
+    with pytest.raises(TypeError) as python:
+        module.morse_pair(tensor)
+    with pytest.raises(TypeError) as op:
+        torch.ops.dbgen.morse_pair(tensor)
+    assert str(op.value).split(" not ")[0] == str(python.value).split(" not ")[0]  # morse_pair(): input 'r' must ...
+
+
+def test_the_op_converts_integer_and_bool_tensors_as_the_python_function_does(force_folder):
+    _, module = force_folder
+    for tensor in (torch.tensor([1, 2, 3]), torch.tensor([True, False])):
+        torch.testing.assert_close(torch.ops.dbgen.morse_pair(tensor), module.morse_pair(tensor))
+
+
 def test_without_a_compiler_the_python_functions_run_after_one_warning(force_folder, monkeypatch):
     _, module = force_folder
     monkeypatch.setenv("CXX", "no-such-compiler")
