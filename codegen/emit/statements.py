@@ -5,16 +5,26 @@
 from __future__ import annotations
 
 
-class PythonStatements:
+class _Statements:
+    """The spellings each language sets as data (``ASSIGN``, ``COMMENT``), and its sums' logic."""
+
+    ASSIGN: str  # "{name} ... {code}"
+    COMMENT: str  # "... {text}"
+
+    @classmethod
+    def assign(cls, name: str, code: str) -> str:
+        return cls.ASSIGN.format(name=name, code=code)
+
+    @classmethod
+    def comment(cls, text: str) -> str:
+        return cls.COMMENT.format(text=text)
+
+
+class PythonStatements(_Statements):
     """Lines of a generated Python Function (the runtime's ``_accumulate`` adds a gradient)."""
 
-    @staticmethod
-    def assign(name: str, code: str) -> str:
-        return f"{name} = {code}"
-
-    @staticmethod
-    def comment(text: str) -> str:
-        return f"# {text}"
+    ASSIGN = "{name} = {code}"
+    COMMENT = "# {text}"
 
     @staticmethod
     def sum_present(total: str, products) -> list[str]:
@@ -35,16 +45,11 @@ class PythonStatements:
         return [f"if {part} is not None:", f"    {total} = _accumulate({total}, {part})"]
 
 
-class CppStatements:
+class CppStatements(_Statements):
     """Lines of a generated C++ Function (the template's ``_accumulate`` adds to an undefined tensor)."""
 
-    @staticmethod
-    def assign(name: str, code: str) -> str:
-        return f"auto {name} = {code};"
-
-    @staticmethod
-    def comment(text: str) -> str:
-        return f"// {text}"
+    ASSIGN = "auto {name} = {code};"
+    COMMENT = "// {text}"
 
     @staticmethod
     def sum_present(total: str, products) -> list[str]:
