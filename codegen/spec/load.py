@@ -223,9 +223,6 @@ def _check_external_settings(reader: _Reader, parsed, fields: dict, lines: dict[
         reader.fail(lines.get(key, 1), message)
 
 
-# C++'s keywords and alternative tokens that are not Python keywords, lowercase as spec names are
-
-
 def _check_cpp_settings(reader: _Reader, parsed, fields: dict, lines: dict[str, int]) -> None:
     """What the C++ op (``cpp: true``) cannot compute yet, refused on the cpp line: functions whose
     derivatives the Python module supplies (the Bessel family, sinc; SciPy's and declared externs),

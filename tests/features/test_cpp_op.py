@@ -253,7 +253,12 @@ def test_the_op_refuses_what_the_python_function_refuses(force_folder, dtype):
         module.morse_pair(tensor)
     with pytest.raises(TypeError) as op:
         torch.ops.dbgen.morse_pair(tensor)
-    assert str(op.value).split(" not ")[0] == str(python.value).split(" not ")[0]  # morse_pair(): input 'r' must ...
+    # the two messages are twins (the template's and the runtime's): equal but for the dtype's spelling
+    def without_dtype(message):
+        return re.sub(r", not \w+:", ", not DTYPE:", message)
+
+    assert without_dtype(str(op.value)) == without_dtype(str(python.value))
+    assert str(python.value).startswith("morse_pair(): input 'r' must be a")
 
 
 def test_the_op_converts_integer_and_bool_tensors_as_the_python_function_does(force_folder):
